@@ -1,0 +1,1 @@
+//! Delta-t reliable transport (sans-IO). Work in progress.

@@ -1,0 +1,1 @@
+//! Diodon IO drivers. Work in progress.

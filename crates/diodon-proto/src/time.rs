@@ -1,0 +1,160 @@
+//! Virtual time for the sans-IO core: [`Timestamp`] (a monotonic instant the
+//! caller supplies) and [`TimerTable`] (one slot per timer kind, the minimum is
+//! the next wake-up).
+//!
+//! The core never reads a clock. Drivers convert their monotonic clock into a
+//! `Timestamp` (nanoseconds since an arbitrary origin) and pass it to every
+//! `handle_*` / `poll_*` call; the simulator does the same with its virtual
+//! clock, which is what makes every timer edge testable.
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+use std::time::Duration;
+
+/// A monotonic instant, in nanoseconds since an origin chosen by the driver.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(u64);
+
+impl Timestamp {
+    /// The origin (t = 0).
+    pub const ZERO: Timestamp = Timestamp(0);
+    /// The far future; used as "never".
+    pub const MAX: Timestamp = Timestamp(u64::MAX);
+
+    /// A timestamp `nanos` nanoseconds after the origin.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Timestamp(nanos)
+    }
+
+    /// A timestamp `micros` microseconds after the origin.
+    pub const fn from_micros(micros: u64) -> Self {
+        Timestamp(micros.saturating_mul(1_000))
+    }
+
+    /// A timestamp `millis` milliseconds after the origin.
+    pub const fn from_millis(millis: u64) -> Self {
+        Timestamp(millis.saturating_mul(1_000_000))
+    }
+
+    /// Nanoseconds since the origin.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Whole milliseconds since the origin.
+    pub const fn as_millis(self) -> u64 {
+        self.0 / 1_000_000
+    }
+
+    /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// `self + d`, saturating at [`Timestamp::MAX`].
+    pub fn saturating_add(self, d: Duration) -> Timestamp {
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Timestamp(self.0.saturating_add(nanos))
+    }
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, rhs: Duration) -> Timestamp {
+        self.saturating_add(rhs)
+    }
+}
+
+impl AddAssign<Duration> for Timestamp {
+    fn add_assign(&mut self, rhs: Duration) {
+        *self = self.saturating_add(rhs);
+    }
+}
+
+impl Sub<Timestamp> for Timestamp {
+    type Output = Duration;
+    fn sub(self, rhs: Timestamp) -> Duration {
+        self.saturating_duration_since(rhs)
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t+{:.6}s", self.0 as f64 / 1e9)
+    }
+}
+
+/// One deadline slot per timer kind `K`; `K` is a small enum that converts to
+/// an index below `N`.
+///
+/// `next()` is the earliest armed deadline; `expired(now)` yields (and
+/// disarms) every slot whose deadline is `<= now`, so handling a timeout twice
+/// at the same instant does nothing the second time.
+#[derive(Clone, Debug)]
+pub struct TimerTable<const N: usize> {
+    slots: [Option<Timestamp>; N],
+}
+
+impl<const N: usize> Default for TimerTable<N> {
+    fn default() -> Self {
+        TimerTable { slots: [None; N] }
+    }
+}
+
+impl<const N: usize> TimerTable<N> {
+    /// Arms slot `index` to fire at `at` (replacing any earlier deadline).
+    pub fn set(&mut self, index: usize, at: Timestamp) {
+        self.slots[index] = Some(at);
+    }
+
+    /// Disarms slot `index`.
+    pub fn stop(&mut self, index: usize) {
+        self.slots[index] = None;
+    }
+
+    /// The deadline of slot `index`, if armed.
+    pub fn get(&self, index: usize) -> Option<Timestamp> {
+        self.slots[index]
+    }
+
+    /// The earliest armed deadline.
+    pub fn next(&self) -> Option<Timestamp> {
+        self.slots.iter().flatten().min().copied()
+    }
+
+    /// Returns whether slot `index` is armed and due at `now`, disarming it if so.
+    pub fn take_expired(&mut self, index: usize, now: Timestamp) -> bool {
+        match self.slots[index] {
+            Some(at) if at <= now => {
+                self.slots[index] = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_table_fires_once_at_deadline() {
+        let mut t = TimerTable::<2>::default();
+        t.set(0, Timestamp::from_millis(10));
+        t.set(1, Timestamp::from_millis(5));
+        assert_eq!(t.next(), Some(Timestamp::from_millis(5)));
+        assert!(!t.take_expired(0, Timestamp::from_millis(9)));
+        assert!(t.take_expired(0, Timestamp::from_millis(10)));
+        assert!(!t.take_expired(0, Timestamp::from_millis(10)));
+        assert_eq!(t.next(), Some(Timestamp::from_millis(5)));
+    }
+
+    #[test]
+    fn timestamp_arithmetic_saturates() {
+        let a = Timestamp::from_millis(1);
+        assert_eq!(Timestamp::ZERO - a, Duration::ZERO);
+        assert_eq!(Timestamp::MAX + Duration::from_secs(1), Timestamp::MAX);
+        assert_eq!(a + Duration::from_millis(2), Timestamp::from_millis(3));
+    }
+}
