@@ -1,5 +1,32 @@
-//! Diodon's one-way protocol core (sans-IO).
+//! Diodon's one-way protocol core, sans-IO: it never reads a clock, a socket
+//! or a thread. Datagrams and `now` go in through `handle_*`; datagrams,
+//! timers and events come out through `poll_*`.
+//!
+//! ```text
+//!   application bytes                                   application bytes
+//!         │                                                     ▲
+//!   ┌─────▼──────┐  datagrams (wire.rs)   ┌──────────────┐      │
+//!   │  Sender    │ ─────── one way ──────►│  Receiver    │──────┘
+//!   │ fec, pacer │                        │ fec, timers  │ events, stats
+//!   └────────────┘                        └──────────────┘
+//! ```
+//!
+//! Modules: [`time`] (virtual time, timer table), [`types`] (checked
+//! parameters), [`wire`] (datagram views and representations), [`fec`]
+//! (erasure code trait and Reed–Solomon), [`pacer`] (token bucket),
+//! [`sender`] and [`receiver`] (the session state machines).
 #![forbid(unsafe_code)]
 
+pub mod fec;
+pub mod pacer;
+pub mod receiver;
+pub mod sender;
 pub mod time;
+pub mod types;
+pub mod wire;
+
+pub use receiver::{Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats};
+pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
 pub use time::{TimerTable, Timestamp};
+pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
+pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

@@ -1,0 +1,221 @@
+//! Forward error correction behind a trait: a systematic erasure code where
+//! any `k` of the `k + m` symbols of a block recover its `k` source symbols.
+//!
+//! ```text
+//!  block (k·L bytes, zero-padded)     repair (m·L bytes)
+//! +------+------+-----+------+        +------+-----+------+
+//! | s0   | s1   | ... | sk-1 |  --->  | r0   | ... | rm-1 |
+//! +------+------+-----+------+        +------+-----+------+
+//! ```
+//!
+//! [`ReedSolomon`] implements it with `reed-solomon-simd` (Leopard-style
+//! FFT Reed–Solomon over GF(2^16): O(n log n), up to 32768 + 32768 shards,
+//! shard length L even).
+
+use thiserror::Error;
+
+/// Why encoding or decoding failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FecError {
+    /// The code cannot handle these parameters.
+    #[error("unsupported code parameters k={k} m={m} shard={shard_len}")]
+    Unsupported {
+        /// Source symbols.
+        k: usize,
+        /// Repair symbols.
+        m: usize,
+        /// Shard length.
+        shard_len: usize,
+    },
+    /// Fewer than `k` symbols are present.
+    #[error("not enough symbols: have {have}, need {need}")]
+    NotEnough {
+        /// Symbols present.
+        have: usize,
+        /// Symbols needed.
+        need: usize,
+    },
+    /// The underlying library refused (a bug if reached).
+    #[error("erasure code failure: {0}")]
+    Internal(String),
+}
+
+/// A systematic erasure code.
+pub trait ErasureCode {
+    /// Computes `m` repair shards of `shard_len` bytes into `repair`
+    /// (`m · shard_len` bytes) from `data` (`k · shard_len` bytes).
+    fn encode(
+        &mut self,
+        k: usize,
+        m: usize,
+        shard_len: usize,
+        data: &[u8],
+        repair: &mut [u8],
+    ) -> Result<(), FecError>;
+
+    /// Restores the missing source shards of `data` (`k · shard_len` bytes,
+    /// `present[i]` tells which are valid) from the present ones and the
+    /// given repair shards `(repair index 0..m, bytes)`.
+    fn decode(
+        &mut self,
+        k: usize,
+        m: usize,
+        shard_len: usize,
+        data: &mut [u8],
+        present: &[bool],
+        repair: &[(usize, &[u8])],
+    ) -> Result<(), FecError>;
+}
+
+/// Reed–Solomon via `reed-solomon-simd`, reusing its work buffers.
+#[derive(Default)]
+pub struct ReedSolomon {
+    encoder: Option<reed_solomon_simd::ReedSolomonEncoder>,
+    decoder: Option<reed_solomon_simd::ReedSolomonDecoder>,
+}
+
+impl std::fmt::Debug for ReedSolomon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReedSolomon")
+    }
+}
+
+impl ReedSolomon {
+    /// A fresh codec.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `(k, m)` is supported (m may be 0: no coding needed).
+    pub fn supports(k: usize, m: usize) -> bool {
+        k >= 1 && (m == 0 || reed_solomon_simd::ReedSolomonEncoder::supports(k, m))
+    }
+}
+
+fn internal(e: reed_solomon_simd::Error) -> FecError {
+    FecError::Internal(e.to_string())
+}
+
+impl ErasureCode for ReedSolomon {
+    fn encode(
+        &mut self,
+        k: usize,
+        m: usize,
+        shard_len: usize,
+        data: &[u8],
+        repair: &mut [u8],
+    ) -> Result<(), FecError> {
+        if m == 0 {
+            return Ok(());
+        }
+        if !Self::supports(k, m) || shard_len == 0 || shard_len % 2 != 0 {
+            return Err(FecError::Unsupported { k, m, shard_len });
+        }
+        let encoder = match &mut self.encoder {
+            Some(e) => {
+                e.reset(k, m, shard_len).map_err(internal)?;
+                e
+            }
+            None => self
+                .encoder
+                .insert(reed_solomon_simd::ReedSolomonEncoder::new(k, m, shard_len).map_err(internal)?),
+        };
+        for shard in data.chunks_exact(shard_len).take(k) {
+            encoder.add_original_shard(shard).map_err(internal)?;
+        }
+        let result = encoder.encode().map_err(internal)?;
+        for (out, shard) in repair.chunks_exact_mut(shard_len).zip(result.recovery_iter()) {
+            out.copy_from_slice(shard);
+        }
+        Ok(())
+    }
+
+    fn decode(
+        &mut self,
+        k: usize,
+        m: usize,
+        shard_len: usize,
+        data: &mut [u8],
+        present: &[bool],
+        repair: &[(usize, &[u8])],
+    ) -> Result<(), FecError> {
+        let have = present.iter().filter(|p| **p).count();
+        if have == k {
+            return Ok(());
+        }
+        if have + repair.len() < k {
+            return Err(FecError::NotEnough { have: have + repair.len(), need: k });
+        }
+        if !Self::supports(k, m) || m == 0 {
+            return Err(FecError::Unsupported { k, m, shard_len });
+        }
+        let decoder = match &mut self.decoder {
+            Some(d) => {
+                d.reset(k, m, shard_len).map_err(internal)?;
+                d
+            }
+            None => self
+                .decoder
+                .insert(reed_solomon_simd::ReedSolomonDecoder::new(k, m, shard_len).map_err(internal)?),
+        };
+        for (i, shard) in data.chunks_exact(shard_len).enumerate().take(k) {
+            if present[i] {
+                decoder.add_original_shard(i, shard).map_err(internal)?;
+            }
+        }
+        for (index, shard) in repair {
+            decoder.add_recovery_shard(*index, shard).map_err(internal)?;
+        }
+        let result = decoder.decode().map_err(internal)?;
+        for (i, restored) in result.restored_original_iter() {
+            data[i * shard_len..(i + 1) * shard_len].copy_from_slice(restored);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(k: usize, len: usize) -> Vec<u8> {
+        (0..k * len).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn any_k_of_k_plus_m_recover() {
+        let (k, m, len) = (10, 4, 64);
+        let data = block(k, len);
+        let mut repair = vec![0; m * len];
+        let mut rs = ReedSolomon::new();
+        rs.encode(k, m, len, &data, &mut repair).unwrap();
+        // Lose 4 source symbols (the maximum), keep all repair.
+        for lost in [[0, 1, 2, 3], [6, 7, 8, 9], [0, 3, 5, 9]] {
+            let mut damaged = data.clone();
+            let mut present = vec![true; k];
+            for &i in &lost {
+                present[i] = false;
+                damaged[i * len..(i + 1) * len].fill(0xEE);
+            }
+            let rep: Vec<(usize, &[u8])> = repair.chunks(len).enumerate().collect();
+            rs.decode(k, m, len, &mut damaged, &present, &rep).unwrap();
+            assert_eq!(damaged, data, "lost {lost:?}");
+        }
+    }
+
+    #[test]
+    fn too_few_symbols_is_an_error_not_garbage() {
+        let (k, m, len) = (4, 1, 32);
+        let mut data = block(k, len);
+        let present = [false, false, true, true];
+        let repair = vec![0u8; len];
+        let err = ReedSolomon::new().decode(k, m, len, &mut data, &present, &[(0, &repair)]);
+        assert_eq!(err, Err(FecError::NotEnough { have: 3, need: 4 }));
+    }
+
+    #[test]
+    fn odd_shard_is_refused() {
+        let mut out = vec![0; 3];
+        assert!(ReedSolomon::new().encode(1, 1, 3, &[1, 2, 3], &mut out).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! A pure token bucket: how many bytes may leave now, and when the next
+//! datagram of a given size is due. The sender asks it before every datagram;
+//! the driver sleeps until [`Pacer::next_send_time`].
+//!
+//! Tokens are bytes on the wire (UDP payload plus the IP/UDP header overhead
+//! the caller adds), refilled at `rate / 8` bytes per second, capped at
+//! `burst` bytes so an idle period never turns into a line-rate spike larger
+//! than one batch.
+
+use crate::time::Timestamp;
+use crate::types::Rate;
+use std::time::Duration;
+
+/// Token bucket state.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    rate: Rate,
+    burst: u64,
+    /// Tokens in nano-bytes (bytes × 1e9) for exact integer arithmetic.
+    tokens_nb: u128,
+    last: Timestamp,
+}
+
+const NANO: u128 = 1_000_000_000;
+
+impl Pacer {
+    /// A bucket for `rate` holding at most `burst` bytes, full at `now`.
+    pub fn new(rate: Rate, burst: u64, now: Timestamp) -> Self {
+        Pacer { rate, burst, tokens_nb: u128::from(burst) * NANO, last: now }
+    }
+
+    /// The configured rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    fn refill(&mut self, now: Timestamp) {
+        if now <= self.last {
+            return;
+        }
+        let elapsed_ns = u128::from(now.as_nanos() - self.last.as_nanos());
+        // bytes/s = bps / 8; nano-bytes gained = elapsed_ns × bps / 8.
+        let gained = elapsed_ns * u128::from(self.rate.bps()) / 8;
+        self.tokens_nb = (self.tokens_nb + gained).min(u128::from(self.burst) * NANO);
+        self.last = now;
+    }
+
+    /// Whether `bytes` may be sent at `now`.
+    pub fn can_send(&mut self, now: Timestamp, bytes: usize) -> bool {
+        if self.rate.is_unlimited() {
+            return true;
+        }
+        self.refill(now);
+        self.tokens_nb >= bytes as u128 * NANO
+    }
+
+    /// Takes `bytes` tokens (call after `can_send` said yes).
+    pub fn consume(&mut self, now: Timestamp, bytes: usize) {
+        if self.rate.is_unlimited() {
+            return;
+        }
+        self.refill(now);
+        self.tokens_nb = self.tokens_nb.saturating_sub(bytes as u128 * NANO);
+    }
+
+    /// The earliest time `bytes` may be sent (`now` if already allowed).
+    pub fn next_send_time(&mut self, now: Timestamp, bytes: usize) -> Timestamp {
+        if self.can_send(now, bytes) {
+            return now;
+        }
+        let missing_nb = bytes as u128 * NANO - self.tokens_nb;
+        // missing bytes × 8 / bps seconds = missing_nb × 8 / bps nanoseconds.
+        let ns = (missing_nb * 8).div_ceil(u128::from(self.rate.bps()));
+        now + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_is_exact_over_a_second() {
+        // 1 Gbit/s, 1500-byte datagrams: 83 333 datagrams per second.
+        let mut p = Pacer::new(Rate::bits_per_sec(1_000_000_000), 1500, Timestamp::ZERO);
+        let mut now = Timestamp::ZERO;
+        let mut sent = 0u64;
+        while now < Timestamp::from_millis(1000) {
+            if p.can_send(now, 1500) {
+                p.consume(now, 1500);
+                sent += 1;
+            } else {
+                now = p.next_send_time(now, 1500);
+            }
+        }
+        let bits = sent * 1500 * 8;
+        assert!((999_000_000..=1_001_000_000).contains(&bits), "sent {bits} bits");
+    }
+
+    #[test]
+    fn burst_caps_idle_credit() {
+        let mut p = Pacer::new(Rate::bits_per_sec(8_000), 3000, Timestamp::ZERO);
+        p.consume(Timestamp::ZERO, 3000);
+        // After an hour idle, only `burst` bytes are available.
+        let later = Timestamp::from_millis(3_600_000);
+        assert!(p.can_send(later, 3000));
+        p.consume(later, 3000);
+        assert!(!p.can_send(later, 1));
+        // 1000 bytes/s: 1 byte needs 1 ms.
+        let t = p.next_send_time(later, 1);
+        assert!(t > later && t <= later + Duration::from_micros(1001), "{t:?}");
+    }
+
+    #[test]
+    fn unlimited_never_waits() {
+        let mut p = Pacer::new(Rate::UNLIMITED, 0, Timestamp::ZERO);
+        assert!(p.can_send(Timestamp::ZERO, 65_000));
+        assert_eq!(p.next_send_time(Timestamp::ZERO, 65_000), Timestamp::ZERO);
+    }
+}

@@ -1,0 +1,1099 @@
+//! The sans-IO receiving side of a one-way session: validates every
+//! datagram, gathers symbols per block, decodes as soon as any `k` arrive,
+//! delivers each channel's bytes in order, verifies the trailer digest, and
+//! frees state by timers (Delta-t: nothing is ever acknowledged).
+//!
+//! ```text
+//! datagram ─► length/version ─► CRC32C|MAC ─► body parse ─► session id
+//!   (each rejection is counted, never trusted)                 │ new id: restart
+//!                                                              ▼
+//!            lifetime (age > lifetime: expired) ─► seq window (dup / too old)
+//!                                                              │
+//!          beacon ◄──────────────┬──────────────► open / trailer / symbol
+//!   params, channel table        │                     │
+//!                                ▼                     ▼
+//!                       per channel: blocks ─► FEC decode ─► in-order delivery
+//!                                                             ─► digest check
+//! ```
+//!
+//! Call order for a driver: [`Receiver::handle_datagram`] for every datagram
+//! (in arrival order), then drain [`Receiver::poll_event`]; whenever
+//! [`Receiver::poll_timeout`] passes, call [`Receiver::handle_timeout`] and
+//! drain events again.
+//!
+//! A block is declared lost only when the sender has provably moved past it
+//! (a symbol of a later interleave group, the trailer, or the beacon's
+//! channel table) *and* a reorder grace has passed since; the loss fails its
+//! channel only. A channel is complete only when every byte arrived, the
+//! length matches the trailer and the BLAKE3 digest matches.
+
+use crate::fec::{ErasureCode, ReedSolomon};
+use crate::time::{TimerTable, Timestamp};
+use crate::types::{ChannelId, SessionId};
+use crate::wire::{
+    parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
+    SymbolRepr, TrailerRepr, TrailerStatus, WireError,
+};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+/// Receiver settings.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// CRC32C or keyed MAC; must match the sender.
+    pub integrity: Integrity,
+    /// Δt: session and channel state is freed after 2Δt of silence.
+    pub delta_t: Duration,
+    /// `LinkSilent` is raised after this long without a valid datagram.
+    pub silence_timeout: Duration,
+    /// How long after the sender provably moved past a block the receiver
+    /// still waits for its late (reordered) symbols.
+    pub reorder_grace: Duration,
+    /// Drop datagrams older than their lifetime (relative to the fastest
+    /// datagram seen in the session).
+    pub enforce_lifetime: bool,
+    /// Channels open at once in a session.
+    pub max_channels: usize,
+    /// Block bytes buffered (not yet delivered) over all channels.
+    pub max_buffered_bytes: usize,
+    /// Largest symbol accepted (memory bound per block).
+    pub max_symbol_size: usize,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig {
+            integrity: Integrity::Crc32c,
+            delta_t: Duration::from_secs(2),
+            silence_timeout: Duration::from_secs(1),
+            reorder_grace: Duration::from_millis(50),
+            enforce_lifetime: true,
+            max_channels: 4096,
+            max_buffered_bytes: 512 << 20,
+            max_symbol_size: 65_000,
+        }
+    }
+}
+
+/// Why a channel failed. Its bytes are never reported complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailReason {
+    /// A block could not be recovered: fewer than `k` of its symbols arrived.
+    BlockLost {
+        /// The first unrecoverable block.
+        block: u64,
+        /// Unrecoverable blocks seen at that moment.
+        count: u64,
+    },
+    /// All bytes arrived but their BLAKE3 digest differs from the trailer's.
+    DigestMismatch,
+    /// The byte count differs from the trailer's total length.
+    LengthMismatch {
+        /// Length in the trailer.
+        expected: u64,
+        /// Bytes received.
+        received: u64,
+    },
+    /// No datagram of the channel for 2Δt with blocks still missing.
+    TimedOut,
+    /// Every block arrived but no trailer within 2Δt.
+    TrailerLost,
+    /// Symbols arrived but no channel-open (metadata) within 2Δt.
+    OpenLost,
+    /// The sender aborted the channel.
+    SenderAborted,
+    /// The sender restarted (new session id) before the channel ended.
+    SenderRestarted,
+    /// Session state was freed after 2Δt of silence.
+    SessionExpired,
+    /// Too many channels or too many buffered bytes.
+    ResourceLimit,
+    /// The application refused the channel (see [`Receiver::reject_channel`]).
+    Rejected(String),
+}
+
+impl std::fmt::Display for FailReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailReason::BlockLost { block, count } => write!(f, "block {block} lost ({count} unrecoverable)"),
+            FailReason::DigestMismatch => f.write_str("digest mismatch"),
+            FailReason::LengthMismatch { expected, received } => {
+                write!(f, "length mismatch: trailer says {expected}, received {received}")
+            }
+            FailReason::TimedOut => f.write_str("timed out (2Δt of silence with blocks missing)"),
+            FailReason::TrailerLost => f.write_str("trailer lost"),
+            FailReason::OpenLost => f.write_str("channel-open (metadata) lost"),
+            FailReason::SenderAborted => f.write_str("aborted by the sender"),
+            FailReason::SenderRestarted => f.write_str("sender restarted (new session)"),
+            FailReason::SessionExpired => f.write_str("session expired (2Δt of silence)"),
+            FailReason::ResourceLimit => f.write_str("receiver resource limit"),
+            FailReason::Rejected(why) => write!(f, "rejected: {why}"),
+        }
+    }
+}
+
+/// A difference between what the sender does and what this receiver expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// A datagram of another protocol version.
+    Version(u8),
+    /// Keyed datagrams but no key here, or the reverse.
+    Integrity {
+        /// The datagram carries a MAC.
+        datagram_keyed: bool,
+    },
+    /// The sender's symbols exceed `max_symbol_size`.
+    SymbolTooLarge(u16),
+    /// The sender announces a larger Δt than configured here: state would be
+    /// freed too early.
+    DeltaT {
+        /// Announced by the sender, ms.
+        sender_ms: u32,
+        /// Configured here, ms.
+        receiver_ms: u64,
+    },
+}
+
+/// What the receiver tells the application, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The first session was adopted.
+    SessionStarted {
+        /// Its id.
+        session: SessionId,
+    },
+    /// A new session id replaced the current one (sender restart); the old
+    /// session's unfinished channels were failed just before.
+    SessionRestarted {
+        /// Previous id.
+        old: SessionId,
+        /// New id.
+        new: SessionId,
+    },
+    /// 2Δt of silence: the session's state was freed.
+    SessionExpired {
+        /// Its id.
+        session: SessionId,
+    },
+    /// The first beacon of a session (or changed parameters).
+    SessionParams {
+        /// The beacon (its channel table and counters as of then).
+        beacon: BeaconRepr,
+    },
+    /// A channel's metadata arrived; data events follow.
+    ChannelOpened {
+        /// Channel.
+        channel: ChannelId,
+        /// Metadata (untrusted: sanitise names before use).
+        meta: ChannelMeta,
+    },
+    /// Bytes of a channel, in order, contiguous with the previous event's.
+    ChannelData {
+        /// Channel.
+        channel: ChannelId,
+        /// Offset of `data` in the channel.
+        offset: u64,
+        /// The bytes (one block).
+        data: Vec<u8>,
+    },
+    /// Every byte arrived and the digest matched.
+    ChannelComplete {
+        /// Channel.
+        channel: ChannelId,
+        /// Total bytes.
+        bytes: u64,
+        /// Verified BLAKE3 digest.
+        digest: [u8; 32],
+    },
+    /// The channel failed; bytes already delivered must be discarded or
+    /// quarantined by the application.
+    ChannelFailed {
+        /// Channel.
+        channel: ChannelId,
+        /// Why.
+        reason: FailReason,
+    },
+    /// The sender's configuration does not match this receiver's.
+    ConfigMismatch(Mismatch),
+    /// No valid datagram for `silence_timeout`.
+    LinkSilent {
+        /// Last valid datagram.
+        last_heard: Timestamp,
+    },
+    /// Valid datagrams again after `LinkSilent`.
+    LinkResumed,
+}
+
+/// Exact accounting of every datagram.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Datagrams handed to the receiver.
+    pub datagrams: u64,
+    /// Accepted (passed every check, not duplicate, not stale).
+    pub accepted: u64,
+    /// Too short, length disagreeing with the header, or unknown flags.
+    pub bad_length: u64,
+    /// Another protocol version.
+    pub wrong_version: u64,
+    /// Keyed while unkeyed expected, or the reverse.
+    pub integrity_mismatch: u64,
+    /// CRC32C or MAC mismatch (corruption or forgery).
+    pub bad_check: u64,
+    /// Passed the check but a body field is invalid.
+    pub malformed: u64,
+    /// From a previous (retired) session.
+    pub stale_session: u64,
+    /// Sequence number already seen.
+    pub duplicates: u64,
+    /// Sequence number below the replay window.
+    pub too_old: u64,
+    /// Older than its lifetime.
+    pub expired: u64,
+    /// Symbol contradicting earlier symbols of its block (k, m, lengths).
+    pub inconsistent: u64,
+    /// For a block already delivered or a channel already ended.
+    pub late: u64,
+    /// Source symbols accepted.
+    pub data_symbols: u64,
+    /// Repair symbols accepted.
+    pub repair_symbols: u64,
+    /// Beacons accepted.
+    pub beacons: u64,
+    /// Datagrams never received, from sequence gaps (all sessions).
+    pub missing: u64,
+    /// Source symbols rebuilt by FEC.
+    pub recovered_symbols: u64,
+    /// Blocks that needed FEC.
+    pub blocks_recovered: u64,
+    /// Blocks delivered.
+    pub blocks_delivered: u64,
+    /// Blocks that could not be recovered.
+    pub blocks_lost: u64,
+    /// Channels opened (metadata received).
+    pub channels_opened: u64,
+    /// Channels complete and verified.
+    pub channels_complete: u64,
+    /// Channels failed.
+    pub channels_failed: u64,
+    /// Channel bytes delivered.
+    pub bytes_delivered: u64,
+    /// Sessions adopted.
+    pub sessions: u64,
+}
+
+impl ReceiverStats {
+    /// Datagrams rejected by validation (length, version, integrity, body).
+    pub fn invalid(&self) -> u64 {
+        self.bad_length + self.wrong_version + self.integrity_mismatch + self.bad_check + self.malformed
+    }
+}
+
+const SEQ_WINDOW: u64 = 1 << 16;
+
+/// Sliding bitmap of seen sequence numbers: duplicates, replays and gaps.
+#[derive(Debug, Clone)]
+struct SeqWindow {
+    lowest: u64,
+    highest: u64,
+    bits: Vec<u64>,
+    unique: u64,
+}
+
+enum SeqCheck {
+    New,
+    Duplicate,
+    TooOld,
+}
+
+impl SeqWindow {
+    fn new(first: u64) -> Self {
+        let mut w = SeqWindow { lowest: first, highest: first, bits: vec![0; (SEQ_WINDOW / 64) as usize], unique: 1 };
+        w.set(first);
+        w
+    }
+
+    fn bit(seq: u64) -> (usize, u64) {
+        let i = seq % SEQ_WINDOW;
+        ((i / 64) as usize, 1 << (i % 64))
+    }
+
+    fn set(&mut self, seq: u64) {
+        let (w, b) = Self::bit(seq);
+        self.bits[w] |= b;
+    }
+
+    fn check(&mut self, seq: u64) -> SeqCheck {
+        if seq > self.highest {
+            if seq - self.highest >= SEQ_WINDOW {
+                self.bits.fill(0);
+            } else {
+                for s in self.highest + 1..seq {
+                    let (w, b) = Self::bit(s);
+                    self.bits[w] &= !b;
+                }
+            }
+            self.highest = seq;
+        } else if self.highest - seq >= SEQ_WINDOW {
+            return SeqCheck::TooOld;
+        } else {
+            let (w, b) = Self::bit(seq);
+            if self.bits[w] & b != 0 {
+                return SeqCheck::Duplicate;
+            }
+        }
+        if seq < self.lowest {
+            self.lowest = seq;
+        }
+        self.set(seq);
+        self.unique += 1;
+        SeqCheck::New
+    }
+
+    fn missing(&self) -> u64 {
+        (self.highest - self.lowest + 1).saturating_sub(self.unique)
+    }
+}
+
+#[derive(Debug)]
+struct BlockRx {
+    k: u16,
+    m: u16,
+    tail_len: u16,
+    group_pos: u8,
+    group_len: u8,
+    shard_len: Option<usize>,
+    data: Vec<u8>,
+    present: Vec<bool>,
+    present_count: usize,
+    tail_stash: Option<Vec<u8>>,
+    repair: Vec<(usize, Vec<u8>)>,
+    /// Decoded block bytes, trimmed to their true length.
+    done: Option<Vec<u8>>,
+}
+
+impl BlockRx {
+    fn new(s: &SymbolRepr<'_>) -> Self {
+        BlockRx {
+            k: s.k,
+            m: s.m,
+            tail_len: s.tail_len,
+            group_pos: s.group_pos,
+            group_len: s.group_len,
+            shard_len: None,
+            data: Vec::new(),
+            present: vec![false; usize::from(s.k)],
+            present_count: 0,
+            tail_stash: None,
+            repair: Vec::new(),
+            done: None,
+        }
+    }
+
+    fn matches(&self, s: &SymbolRepr<'_>) -> bool {
+        self.k == s.k
+            && self.m == s.m
+            && self.tail_len == s.tail_len
+            && self.group_pos == s.group_pos
+            && self.group_len == s.group_len
+    }
+
+    fn byte_len(&self, shard_len: usize) -> usize {
+        (usize::from(self.k) - 1) * shard_len + usize::from(self.tail_len)
+    }
+
+    fn buffered(&self) -> usize {
+        self.data.len()
+            + self.tail_stash.as_ref().map_or(0, Vec::len)
+            + self.repair.iter().map(|(_, r)| r.len()).sum::<usize>()
+            + self.done.as_ref().map_or(0, Vec::len)
+    }
+
+    fn set_shard_len(&mut self, shard_len: usize) {
+        self.shard_len = Some(shard_len);
+        self.data = vec![0; usize::from(self.k) * shard_len];
+        if let Some(tail) = self.tail_stash.take() {
+            let at = (usize::from(self.k) - 1) * shard_len;
+            self.data[at..at + tail.len()].copy_from_slice(&tail);
+        }
+    }
+
+    /// Stores a symbol; `Err(())` if it contradicts the block.
+    fn insert(&mut self, s: &SymbolRepr<'_>) -> Result<bool, ()> {
+        let index = usize::from(s.index);
+        let k = usize::from(self.k);
+        // Learn the shard length: any non-tail symbol carries it; a
+        // single-symbol block has shard = tail rounded up to even.
+        let implied = if s.is_tail() {
+            (k == 1).then(|| usize::from(self.tail_len).next_multiple_of(2))
+        } else {
+            Some(s.payload.len())
+        };
+        match (self.shard_len, implied) {
+            (Some(known), Some(new)) if known != new => return Err(()),
+            (None, Some(new)) => {
+                if k > 1 && new < usize::from(self.tail_len) {
+                    return Err(());
+                }
+                self.set_shard_len(new);
+            }
+            _ => {}
+        }
+        if index < k {
+            if self.present[index] {
+                return Ok(false);
+            }
+            match self.shard_len {
+                Some(len) => {
+                    let at = index * len;
+                    self.data[at..at + s.payload.len()].copy_from_slice(s.payload);
+                }
+                None => self.tail_stash = Some(s.payload.to_vec()),
+            }
+            self.present[index] = true;
+            self.present_count += 1;
+        } else {
+            let r = index - k;
+            if self.repair.iter().any(|(i, _)| *i == r) {
+                return Ok(false);
+            }
+            self.repair.push((r, s.payload.to_vec()));
+        }
+        Ok(true)
+    }
+
+    fn ready(&self) -> bool {
+        self.done.is_none() && self.shard_len.is_some() && self.present_count + self.repair.len() >= usize::from(self.k)
+    }
+}
+
+#[derive(Debug)]
+struct ChannelRx {
+    meta: Option<ChannelMeta>,
+    next_block: u64,
+    delivered: u64,
+    hasher: blake3::Hasher,
+    blocks: BTreeMap<u64, BlockRx>,
+    /// Every block below this was fully sent by the sender.
+    progress: u64,
+    loss_checks: VecDeque<(u64, Timestamp)>,
+    trailer: Option<TrailerRepr>,
+    last_heard: Timestamp,
+    buffered: usize,
+}
+
+impl ChannelRx {
+    fn new(now: Timestamp) -> Self {
+        ChannelRx {
+            meta: None,
+            next_block: 0,
+            delivered: 0,
+            hasher: blake3::Hasher::new(),
+            blocks: BTreeMap::new(),
+            progress: 0,
+            loss_checks: VecDeque::new(),
+            trailer: None,
+            last_heard: now,
+            buffered: 0,
+        }
+    }
+
+    fn advance_progress(&mut self, to: u64, now: Timestamp, grace: Duration) {
+        if to > self.progress {
+            self.progress = to;
+            self.loss_checks.push_back((to, now + grace));
+        }
+    }
+
+    fn all_sent_blocks_delivered(&self) -> bool {
+        self.next_block >= self.progress
+    }
+}
+
+#[derive(Debug)]
+struct SessionRx {
+    id: SessionId,
+    window: SeqWindow,
+    min_offset: Option<u32>,
+    channels: HashMap<ChannelId, ChannelRx>,
+    ended: HashSet<ChannelId>,
+    last_heard: Timestamp,
+    beacon: Option<BeaconRepr>,
+    mismatches: HashSet<u8>,
+}
+
+#[derive(Clone, Copy)]
+enum Timer {
+    Silence = 0,
+    SessionExpiry = 1,
+}
+
+const RETIRED_SESSIONS: usize = 1024;
+
+/// The receiving side.
+#[derive(Debug)]
+pub struct Receiver {
+    config: ReceiverConfig,
+    session: Option<SessionRx>,
+    retired: VecDeque<SessionId>,
+    retired_missing: u64,
+    timers: TimerTable<2>,
+    silent: bool,
+    last_heard: Timestamp,
+    buffered: usize,
+    fec: ReedSolomon,
+    events: VecDeque<Event>,
+    stats: ReceiverStats,
+    reported: HashSet<u8>,
+}
+
+impl Receiver {
+    /// A receiver waiting for its first session, started at `now`.
+    pub fn new(config: ReceiverConfig, now: Timestamp) -> Self {
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Silence as usize, now + config.silence_timeout);
+        Receiver {
+            config,
+            session: None,
+            retired: VecDeque::new(),
+            retired_missing: 0,
+            timers,
+            silent: false,
+            last_heard: now,
+            buffered: 0,
+            fec: ReedSolomon::new(),
+            events: VecDeque::new(),
+            stats: ReceiverStats::default(),
+            reported: HashSet::new(),
+        }
+    }
+
+    /// Counters, with `missing` computed over all sessions so far.
+    pub fn stats(&self) -> ReceiverStats {
+        let mut s = self.stats.clone();
+        s.missing = self.retired_missing + self.session.as_ref().map_or(0, |x| x.window.missing());
+        s
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReceiverConfig {
+        &self.config
+    }
+
+    /// The current session, if any.
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.session.as_ref().map(|s| s.id)
+    }
+
+    /// The latest beacon of the current session.
+    pub fn beacon(&self) -> Option<&BeaconRepr> {
+        self.session.as_ref().and_then(|s| s.beacon.as_ref())
+    }
+
+    /// Channels still open in the current session.
+    pub fn open_channels(&self) -> usize {
+        self.session.as_ref().map_or(0, |s| s.channels.len())
+    }
+
+    /// Block bytes buffered and not yet delivered.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Fails a channel on the application's behalf (a hostile name, a full
+    /// disk, a destination that refused the connection). Later datagrams of
+    /// the channel are counted as late and dropped.
+    pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<String>) {
+        self.fail_channel(channel, FailReason::Rejected(why.into()));
+    }
+
+    /// Earliest time `handle_timeout` has work.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let mut next = self.timers.next();
+        if let Some(s) = &self.session {
+            let expiry = 2 * self.config.delta_t;
+            for ch in s.channels.values() {
+                let t = ch.last_heard + expiry;
+                next = Some(next.map_or(t, |n| n.min(t)));
+                if let Some((_, t)) = ch.loss_checks.front() {
+                    next = Some(next.map_or(*t, |n| n.min(*t)));
+                }
+            }
+        }
+        next
+    }
+
+    /// Runs the timers due at `now`: loss verdicts after the reorder grace,
+    /// channel and session expiry after 2Δt of silence, `LinkSilent`.
+    /// Calling it twice at the same `now` does nothing the second time.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if self.timers.take_expired(Timer::Silence as usize, now) && !self.silent {
+            self.silent = true;
+            self.events.push_back(Event::LinkSilent { last_heard: self.last_heard });
+        }
+        let expiry = 2 * self.config.delta_t;
+        let mut failures: Vec<(ChannelId, FailReason)> = Vec::new();
+        if let Some(s) = &mut self.session {
+            for (id, ch) in &mut s.channels {
+                let mut limit = None;
+                while ch.loss_checks.front().is_some_and(|(_, t)| *t <= now) {
+                    limit = ch.loss_checks.pop_front().map(|(p, _)| p);
+                }
+                if let Some(limit) = limit {
+                    if let Some(lost) = first_lost(ch, limit) {
+                        failures.push((*id, lost));
+                        continue;
+                    }
+                }
+                if ch.last_heard + expiry <= now {
+                    failures.push((*id, silence_reason(ch)));
+                }
+            }
+        }
+        failures.sort_by_key(|(id, _)| *id);
+        for (id, reason) in failures {
+            if let FailReason::BlockLost { count, .. } = reason {
+                self.stats.blocks_lost += count;
+            }
+            self.fail_channel(id, reason);
+        }
+        if self.timers.take_expired(Timer::SessionExpiry as usize, now) {
+            self.expire_session();
+        }
+    }
+
+    /// Takes one datagram. Never panics on any input; every rejection is
+    /// counted in [`ReceiverStats`].
+    pub fn handle_datagram(&mut self, now: Timestamp, datagram: &[u8]) {
+        self.stats.datagrams += 1;
+        let repr = match parse_datagram(datagram, &self.config.integrity) {
+            Ok(r) => r,
+            Err(e) => {
+                self.count_rejection(&e);
+                return;
+            }
+        };
+        if !self.accept_session(now, &repr) {
+            return;
+        }
+        let Some(s) = &mut self.session else { return };
+        if self.config.enforce_lifetime && expired(s, now, &repr) {
+            self.stats.expired += 1;
+            return;
+        }
+        match s.window.check(repr.header.seq) {
+            SeqCheck::New => {}
+            SeqCheck::Duplicate => {
+                self.stats.duplicates += 1;
+                return;
+            }
+            SeqCheck::TooOld => {
+                self.stats.too_old += 1;
+                return;
+            }
+        }
+        self.stats.accepted += 1;
+        s.last_heard = now;
+        self.last_heard = now;
+        self.timers.set(Timer::Silence as usize, now + self.config.silence_timeout);
+        self.timers.set(Timer::SessionExpiry as usize, now + 2 * self.config.delta_t);
+        if self.silent {
+            self.silent = false;
+            self.events.push_back(Event::LinkResumed);
+        }
+        let channel = repr.header.channel;
+        match repr.body {
+            Body::Beacon(beacon) => self.on_beacon(now, beacon),
+            Body::Open(meta) => {
+                if let Some(ch) = self.channel_mut(now, channel) {
+                    if ch.meta.is_none() {
+                        ch.meta = Some(meta.clone());
+                        self.stats.channels_opened += 1;
+                        self.events.push_back(Event::ChannelOpened { channel, meta });
+                        self.deliver(channel);
+                    }
+                }
+            }
+            Body::Trailer(trailer) => self.on_trailer(now, channel, trailer),
+            Body::Data(sym) => {
+                self.stats.data_symbols += 1;
+                self.on_symbol(now, channel, &sym);
+            }
+            Body::Repair(sym) => {
+                self.stats.repair_symbols += 1;
+                self.on_symbol(now, channel, &sym);
+            }
+        }
+    }
+
+    fn count_rejection(&mut self, e: &WireError) {
+        match e {
+            WireError::BadLength { .. } | WireError::BadFlags(_) => self.stats.bad_length += 1,
+            WireError::BadVersion(v) => {
+                self.stats.wrong_version += 1;
+                self.mismatch_once(1, Mismatch::Version(*v));
+            }
+            WireError::IntegrityMismatch { datagram_keyed, .. } => {
+                self.stats.integrity_mismatch += 1;
+                self.mismatch_once(2, Mismatch::Integrity { datagram_keyed: *datagram_keyed });
+            }
+            WireError::BadCheck => self.stats.bad_check += 1,
+            WireError::UnknownType(_) | WireError::Malformed { .. } => self.stats.malformed += 1,
+        }
+    }
+
+    /// Raises a receiver-wide mismatch once.
+    fn mismatch_once(&mut self, kind: u8, m: Mismatch) {
+        if self.reported.insert(kind) {
+            self.events.push_back(Event::ConfigMismatch(m));
+        }
+    }
+
+    /// Adopts, keeps or rejects the datagram's session. Returns whether to go on.
+    fn accept_session(&mut self, now: Timestamp, repr: &DatagramRepr<'_>) -> bool {
+        let id = repr.header.session;
+        if self.session.as_ref().is_some_and(|s| s.id == id) {
+            return true;
+        }
+        if self.retired.contains(&id) {
+            self.stats.stale_session += 1;
+            return false;
+        }
+        let old = self.session.as_ref().map(|s| s.id);
+        if let Some(old_id) = old {
+            self.fail_all(FailReason::SenderRestarted);
+            self.retire_current();
+            self.events.push_back(Event::SessionRestarted { old: old_id, new: id });
+        } else {
+            self.events.push_back(Event::SessionStarted { session: id });
+        }
+        self.stats.sessions += 1;
+        self.session = Some(SessionRx {
+            id,
+            window: SeqWindow::new(repr.header.seq),
+            min_offset: None,
+            channels: HashMap::new(),
+            ended: HashSet::new(),
+            last_heard: now,
+            beacon: None,
+            mismatches: HashSet::new(),
+        });
+        // The first datagram opened the window; undo its count so the
+        // regular check below accepts it once.
+        if let Some(s) = &mut self.session {
+            s.window = SeqWindow { unique: 0, ..s.window.clone() };
+            let (w, b) = SeqWindow::bit(repr.header.seq);
+            s.window.bits[w] &= !b;
+        }
+        true
+    }
+
+    fn retire_current(&mut self) {
+        if let Some(s) = self.session.take() {
+            self.retired_missing += s.window.missing();
+            if self.retired.len() == RETIRED_SESSIONS {
+                self.retired.pop_front();
+            }
+            self.retired.push_back(s.id);
+        }
+        self.buffered = 0;
+        self.timers.stop(Timer::SessionExpiry as usize);
+    }
+
+    fn expire_session(&mut self) {
+        let Some(id) = self.session.as_ref().map(|s| s.id) else { return };
+        self.fail_all(FailReason::SessionExpired);
+        if let Some(s) = self.session.take() {
+            self.retired_missing += s.window.missing();
+        }
+        self.buffered = 0;
+        self.events.push_back(Event::SessionExpired { session: id });
+    }
+
+    fn fail_all(&mut self, reason: FailReason) {
+        let mut ids: Vec<ChannelId> = self.session.as_ref().map(|s| s.channels.keys().copied().collect()).unwrap_or_default();
+        ids.sort();
+        for id in ids {
+            let r = match (&reason, self.session.as_ref().and_then(|s| s.channels.get(&id))) {
+                (FailReason::SessionExpired, Some(ch)) => match silence_reason(ch) {
+                    FailReason::TimedOut => FailReason::SessionExpired,
+                    other => other,
+                },
+                _ => reason.clone(),
+            };
+            self.fail_channel(id, r);
+        }
+    }
+
+    fn fail_channel(&mut self, channel: ChannelId, reason: FailReason) {
+        let Some(s) = &mut self.session else { return };
+        let existed = s.channels.remove(&channel);
+        if existed.is_none() && s.ended.contains(&channel) {
+            return;
+        }
+        if let Some(ch) = existed {
+            self.buffered -= ch.buffered;
+        }
+        s.ended.insert(channel);
+        self.stats.channels_failed += 1;
+        self.events.push_back(Event::ChannelFailed { channel, reason });
+    }
+
+    /// Makes sure the channel has state (created on first sight); `false` if
+    /// it already ended (the datagram is late) or the channel limit is reached.
+    fn ensure_channel(&mut self, now: Timestamp, channel: ChannelId) -> bool {
+        let Some(s) = self.session.as_mut() else { return false };
+        if s.ended.contains(&channel) {
+            self.stats.late += 1;
+            return false;
+        }
+        if !s.channels.contains_key(&channel) && s.channels.len() >= self.config.max_channels {
+            self.stats.late += 1;
+            self.fail_channel(channel, FailReason::ResourceLimit);
+            return false;
+        }
+        let ch = s.channels.entry(channel).or_insert_with(|| ChannelRx::new(now));
+        ch.last_heard = now;
+        true
+    }
+
+    fn channel_mut(&mut self, now: Timestamp, channel: ChannelId) -> Option<&mut ChannelRx> {
+        if !self.ensure_channel(now, channel) {
+            return None;
+        }
+        self.session.as_mut()?.channels.get_mut(&channel)
+    }
+
+    fn on_beacon(&mut self, now: Timestamp, beacon: BeaconRepr) {
+        self.stats.beacons += 1;
+        let grace = self.config.reorder_grace;
+        let mut aborted = Vec::new();
+        let mut new_mismatches = Vec::new();
+        if let Some(s) = &mut self.session {
+            if usize::from(beacon.symbol_size) > self.config.max_symbol_size && s.mismatches.insert(1) {
+                new_mismatches.push(Mismatch::SymbolTooLarge(beacon.symbol_size));
+            }
+            let receiver_ms = self.config.delta_t.as_millis() as u64;
+            if u64::from(beacon.delta_t_ms) > receiver_ms && s.mismatches.insert(2) {
+                new_mismatches.push(Mismatch::DeltaT { sender_ms: beacon.delta_t_ms, receiver_ms });
+            }
+            for e in &beacon.channels {
+                if let Some(ch) = s.channels.get_mut(&e.channel) {
+                    ch.last_heard = now;
+                    match e.state {
+                        ChannelState::Aborted => aborted.push(e.channel),
+                        ChannelState::Open | ChannelState::Finished => ch.advance_progress(e.blocks_sent, now, grace),
+                    }
+                }
+            }
+            let changed = s.beacon.as_ref().is_none_or(|b| !same_params(b, &beacon));
+            if changed {
+                self.events.push_back(Event::SessionParams { beacon: beacon.clone() });
+            }
+            s.beacon = Some(beacon);
+        }
+        for m in new_mismatches {
+            self.events.push_back(Event::ConfigMismatch(m));
+        }
+        for id in aborted {
+            self.fail_channel(id, FailReason::SenderAborted);
+        }
+    }
+
+    fn on_trailer(&mut self, now: Timestamp, channel: ChannelId, trailer: TrailerRepr) {
+        let grace = self.config.reorder_grace;
+        let Some(ch) = self.channel_mut(now, channel) else { return };
+        if trailer.status == TrailerStatus::Aborted {
+            self.fail_channel(channel, FailReason::SenderAborted);
+            return;
+        }
+        if ch.trailer.is_none() {
+            ch.trailer = Some(trailer);
+            ch.advance_progress(trailer.total_blocks, now, grace);
+            self.deliver(channel);
+        }
+    }
+
+    fn on_symbol(&mut self, now: Timestamp, channel: ChannelId, sym: &SymbolRepr<'_>) {
+        if sym.payload.len() > self.config.max_symbol_size {
+            self.stats.inconsistent += 1;
+            return;
+        }
+        let grace = self.config.reorder_grace;
+        let limit = self.config.max_buffered_bytes;
+        if !self.ensure_channel(now, channel) {
+            return;
+        }
+        let Some(ch) = self.session.as_mut().and_then(|s| s.channels.get_mut(&channel)) else { return };
+        if sym.block < ch.next_block || ch.trailer.is_some_and(|t| sym.block >= t.total_blocks) {
+            self.stats.late += 1;
+            return;
+        }
+        ch.advance_progress(sym.group_start(), now, grace);
+        let block = ch.blocks.entry(sym.block).or_insert_with(|| BlockRx::new(sym));
+        if !block.matches(sym) {
+            self.stats.inconsistent += 1;
+            return;
+        }
+        if block.done.is_some() {
+            self.stats.late += 1;
+            return;
+        }
+        let before = block.buffered();
+        match block.insert(sym) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.stats.late += 1;
+                return;
+            }
+            Err(()) => {
+                self.stats.inconsistent += 1;
+                return;
+            }
+        }
+        if block.ready() {
+            let k = usize::from(block.k);
+            let m = usize::from(block.m);
+            let shard_len = block.shard_len.unwrap_or(0);
+            let needed = k - block.present_count;
+            if needed > 0 {
+                let repair: Vec<(usize, &[u8])> = block.repair.iter().map(|(i, r)| (*i, r.as_slice())).collect();
+                if self.fec.decode(k, m, shard_len, &mut block.data, &block.present, &repair).is_err() {
+                    // Only reachable with forged parameters the code cannot
+                    // handle; the block stays incomplete and is declared
+                    // lost by the timers.
+                    self.stats.inconsistent += 1;
+                    return;
+                }
+                self.stats.recovered_symbols += needed as u64;
+                self.stats.blocks_recovered += 1;
+            }
+            let mut data = std::mem::take(&mut block.data);
+            data.truncate(block.byte_len(shard_len));
+            block.repair = Vec::new();
+            block.done = Some(data);
+        }
+        let after = block.buffered();
+        ch.buffered = ch.buffered + after - before;
+        self.buffered = self.buffered + after - before;
+        if self.buffered > limit {
+            self.fail_channel(channel, FailReason::ResourceLimit);
+            return;
+        }
+        self.deliver(channel);
+    }
+
+    /// Emits every decoded block in order, then the verdict once the trailer
+    /// and all blocks are in.
+    fn deliver(&mut self, channel: ChannelId) {
+        let Some(s) = &mut self.session else { return };
+        let Some(ch) = s.channels.get_mut(&channel) else { return };
+        if ch.meta.is_none() {
+            return;
+        }
+        while let Some(block) = ch.blocks.get(&ch.next_block) {
+            if block.done.is_none() {
+                break;
+            }
+            let Some(mut block) = ch.blocks.remove(&ch.next_block) else { break };
+            let data = block.done.take().unwrap_or_default();
+            let held = data.len();
+            ch.buffered -= held;
+            self.buffered -= held;
+            ch.hasher.update(&data);
+            let offset = ch.delivered;
+            ch.delivered += data.len() as u64;
+            ch.next_block += 1;
+            self.stats.blocks_delivered += 1;
+            self.stats.bytes_delivered += data.len() as u64;
+            self.events.push_back(Event::ChannelData { channel, offset, data });
+        }
+        let Some(trailer) = ch.trailer else { return };
+        if ch.next_block < trailer.total_blocks {
+            return;
+        }
+        let verdict = if ch.delivered != trailer.total_len {
+            Err(FailReason::LengthMismatch { expected: trailer.total_len, received: ch.delivered })
+        } else if *ch.hasher.finalize().as_bytes() != trailer.digest {
+            Err(FailReason::DigestMismatch)
+        } else {
+            Ok(())
+        };
+        match verdict {
+            Ok(()) => {
+                let bytes = ch.delivered;
+                s.channels.remove(&channel);
+                s.ended.insert(channel);
+                self.stats.channels_complete += 1;
+                self.events.push_back(Event::ChannelComplete { channel, bytes, digest: trailer.digest });
+            }
+            Err(reason) => self.fail_channel(channel, reason),
+        }
+    }
+}
+
+fn same_params(a: &BeaconRepr, b: &BeaconRepr) -> bool {
+    a.symbol_size == b.symbol_size
+        && a.block_symbols == b.block_symbols
+        && a.repair_symbols == b.repair_symbols
+        && a.interleave_depth == b.interleave_depth
+        && a.rate_bps == b.rate_bps
+        && a.delta_t_ms == b.delta_t_ms
+}
+
+/// Whether the datagram is older than its lifetime, judged against the
+/// fastest datagram of the session (offsets are sender-clock minus
+/// receiver-clock, mod 2^32 ms).
+fn expired(s: &mut SessionRx, now: Timestamp, repr: &DatagramRepr<'_>) -> bool {
+    let offset = (now.as_millis() as u32).wrapping_sub(repr.header.timestamp_ms);
+    match s.min_offset {
+        None => {
+            s.min_offset = Some(offset);
+            false
+        }
+        Some(min) => {
+            let age = offset.wrapping_sub(min) as i32;
+            if age < 0 {
+                s.min_offset = Some(offset);
+                false
+            } else {
+                age as u32 > u32::from(repr.header.lifetime_ms)
+            }
+        }
+    }
+}
+
+/// The first block below `limit` that is not decoded, with the count of
+/// such blocks.
+fn first_lost(ch: &ChannelRx, limit: u64) -> Option<FailReason> {
+    if limit <= ch.next_block {
+        return None;
+    }
+    let done_in_range = ch.blocks.range(ch.next_block..limit).filter(|(_, b)| b.done.is_some()).count() as u64;
+    let count = (limit - ch.next_block) - done_in_range;
+    if count == 0 {
+        return None;
+    }
+    let mut block = ch.next_block;
+    for (b, rx) in ch.blocks.range(ch.next_block..limit) {
+        if *b != block || rx.done.is_none() {
+            break;
+        }
+        block += 1;
+    }
+    Some(FailReason::BlockLost { block, count })
+}
+
+fn silence_reason(ch: &ChannelRx) -> FailReason {
+    if ch.meta.is_none() {
+        FailReason::OpenLost
+    } else if ch.trailer.is_none() && ch.all_sent_blocks_delivered() && ch.blocks.is_empty() && ch.progress > 0 {
+        FailReason::TrailerLost
+    } else {
+        FailReason::TimedOut
+    }
+}

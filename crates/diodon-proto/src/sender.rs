@@ -1,0 +1,870 @@
+//! The sans-IO sending side of a one-way session.
+//!
+//! ```text
+//!  write(ch, bytes) ──► per-channel pending bytes ──► blocks (k source shards)
+//!        ▲ backpressure:                               │ FEC: + m repair shards
+//!        │ accepts ≤ writable()                        ▼
+//!        │                                   interleave groups (≤ depth blocks)
+//!        │                                             │ round-robin by symbol index
+//!  beacons (timer) ─┐                                  ▼
+//!  open / trailer ──┴─ control queue (copies spaced) ─► pick ─► pacer ─► poll_batch
+//! ```
+//!
+//! Call order for a driver: feed the application with `open_channel` /
+//! `write` / `finish` (respecting [`Sender::writable`]), then drain
+//! [`Sender::poll_batch`] (or [`Sender::poll_transmit`]) until it returns
+//! `None`, drain [`Sender::poll_event`], sleep until [`Sender::poll_timeout`]
+//! (or until the application has more data), call [`Sender::handle_timeout`],
+//! repeat. The sender never drops data: when its buffer is full `write`
+//! accepts fewer bytes (possibly zero) and the caller waits.
+
+use crate::fec::{ErasureCode, ReedSolomon};
+use crate::pacer::Pacer;
+use crate::time::Timestamp;
+use crate::types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
+use crate::wire::{
+    BeaconRepr, Body, ChannelEntry, ChannelMeta, ChannelState, DatagramRepr, Header, Integrity,
+    SymbolRepr, TrailerRepr, TrailerStatus, BEACON_ENTRY_LEN, BEACON_FIXED_LEN, HEADER_LEN,
+    MAX_NAME_LEN, SYMBOL_HEADER_LEN,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+use thiserror::Error;
+
+/// Everything the sending side is configured with.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Shard length of full blocks (fixes the datagram size).
+    pub symbol_size: SymbolSize,
+    /// Source symbols per full block (k).
+    pub block_symbols: u16,
+    /// Repair symbols per source symbol.
+    pub repair: RepairRatio,
+    /// Blocks whose symbols are interleaved (1 = no interleaving).
+    pub interleave_depth: u8,
+    /// Pacing rate on the wire (0 = unpaced).
+    pub rate: Rate,
+    /// Bytes the pacer adds per datagram for the IP and UDP headers.
+    pub per_datagram_overhead: usize,
+    /// CRC32C or keyed MAC.
+    pub integrity: Integrity,
+    /// Lifetime granted to each datagram (Delta-t MPL), at most 65.535 s.
+    pub lifetime: Duration,
+    /// Δt announced in beacons (MPL + R + A; R = A = 0 on a one-way link).
+    pub delta_t: Duration,
+    /// Beacon period.
+    pub beacon_interval: Duration,
+    /// Copies of each channel-open and trailer.
+    pub control_copies: u8,
+    /// A further copy goes out after this many other datagrams...
+    pub control_spacing: u64,
+    /// ...or after this much time, whichever comes first.
+    pub control_interval: Duration,
+    /// Channel bytes buffered (pending + encoded, not yet sent) before
+    /// `write` pushes back.
+    pub buffer_limit: usize,
+    /// Most datagrams in one `poll_batch` (the GSO segment count).
+    pub max_batch: usize,
+    /// A partial block waits at most this long for more bytes.
+    pub flush_delay: Duration,
+    /// Sender's wall clock at start, Unix ms (announced in beacons).
+    pub start_unix_ms: u64,
+}
+
+impl Default for SenderConfig {
+    fn default() -> Self {
+        SenderConfig {
+            symbol_size: SymbolSize::new(1418).expect("valid constant"),
+            block_symbols: 64,
+            repair: RepairRatio::percent(10).expect("valid constant"),
+            interleave_depth: 4,
+            rate: Rate::UNLIMITED,
+            per_datagram_overhead: 28,
+            integrity: Integrity::Crc32c,
+            lifetime: Duration::from_secs(2),
+            delta_t: Duration::from_secs(2),
+            beacon_interval: Duration::from_millis(250),
+            control_copies: 3,
+            control_spacing: 32,
+            control_interval: Duration::from_millis(2),
+            buffer_limit: 8 << 20,
+            max_batch: 32,
+            flush_delay: Duration::from_millis(10),
+            start_unix_ms: 0,
+        }
+    }
+}
+
+impl SenderConfig {
+    /// Checks the combination of settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let k = usize::from(self.block_symbols);
+        if !(1..=32_768).contains(&k) {
+            return Err(ConfigError::BlockSymbols(k));
+        }
+        if self.interleave_depth == 0 {
+            return Err(ConfigError::Interleave(0));
+        }
+        let m = usize::from(self.repair.repair_for(self.block_symbols));
+        if !ReedSolomon::supports(k, m) {
+            return Err(ConfigError::Inconsistent("block size and repair ratio exceed the erasure code"));
+        }
+        if self.lifetime.as_millis() > u128::from(u16::MAX) || self.lifetime.is_zero() {
+            return Err(ConfigError::Inconsistent("lifetime must be within 1 ms..=65.535 s"));
+        }
+        if self.buffer_limit < 2 * self.group_bytes() {
+            return Err(ConfigError::Inconsistent(
+                "buffer limit must hold two interleave groups (2 × depth × block bytes)",
+            ));
+        }
+        if self.control_copies == 0 || self.max_batch == 0 || self.beacon_interval.is_zero() {
+            return Err(ConfigError::Inconsistent("control copies, batch and beacon interval must be non-zero"));
+        }
+        let datagram = self.datagram_len();
+        if datagram > crate::wire::MAX_DATAGRAM_LEN {
+            return Err(ConfigError::SymbolSize(self.symbol_size.get()));
+        }
+        Ok(())
+    }
+
+    /// Bytes in one full block.
+    pub fn block_bytes(&self) -> usize {
+        usize::from(self.block_symbols) * self.symbol_size.get()
+    }
+
+    fn group_bytes(&self) -> usize {
+        self.block_bytes() * usize::from(self.interleave_depth)
+    }
+
+    /// Length of a full-size symbol datagram.
+    pub fn datagram_len(&self) -> usize {
+        HEADER_LEN + SYMBOL_HEADER_LEN + self.symbol_size.get() + self.integrity.tag_len()
+    }
+}
+
+/// What the application did wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// No such channel, or it was already finished or aborted.
+    #[error("channel {0} is not open")]
+    NotOpen(ChannelId),
+    /// The channel name does not fit a channel-open datagram.
+    #[error("channel name of {0} bytes is too long")]
+    NameTooLong(usize),
+    /// All channel ids of this session are used.
+    #[error("channel ids exhausted")]
+    ChannelsExhausted,
+}
+
+/// Something the application should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SenderEvent {
+    /// Every symbol and every trailer copy of the channel left.
+    ChannelSent {
+        /// Channel.
+        channel: ChannelId,
+        /// Bytes it carried.
+        bytes: u64,
+        /// Its BLAKE3 digest.
+        digest: [u8; 32],
+    },
+    /// The channel was aborted; its trailer says so.
+    ChannelAborted {
+        /// Channel.
+        channel: ChannelId,
+    },
+}
+
+/// Counters of the sending side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Datagrams produced.
+    pub datagrams_sent: u64,
+    /// Of which source symbols.
+    pub data_symbols: u64,
+    /// Of which repair symbols.
+    pub repair_symbols: u64,
+    /// Of which beacons.
+    pub beacons: u64,
+    /// Of which channel-open copies.
+    pub opens: u64,
+    /// Of which trailer copies.
+    pub trailers: u64,
+    /// Datagram bytes produced (UDP payload).
+    pub wire_bytes: u64,
+    /// Channel bytes accepted from the application.
+    pub bytes_accepted: u64,
+    /// Blocks encoded.
+    pub blocks: u64,
+    /// Channels opened.
+    pub channels_opened: u64,
+    /// Channels whose trailer went out with status complete.
+    pub channels_sent: u64,
+    /// Channels aborted.
+    pub channels_aborted: u64,
+    /// Times `write` accepted fewer bytes than offered.
+    pub backpressure_events: u64,
+}
+
+/// Result of [`Sender::poll_batch`]: `count` datagrams back to back in the
+/// buffer, each `segment_size` bytes except possibly the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batch {
+    /// Size of every datagram but the last.
+    pub segment_size: usize,
+    /// Number of datagrams.
+    pub count: usize,
+    /// Total bytes.
+    pub len: usize,
+}
+
+#[derive(Debug)]
+struct ChannelTx {
+    pending: Vec<u8>,
+    pending_since: Option<Timestamp>,
+    next_block: u64,
+    total_len: u64,
+    hasher: blake3::Hasher,
+    finishing: bool,
+    /// Groups cut but not fully sent.
+    groups_in_flight: usize,
+    blocks_sent: u64,
+}
+
+#[derive(Debug)]
+struct EncodedBlock {
+    block: u64,
+    k: u16,
+    m: u16,
+    shard_len: usize,
+    tail_len: u16,
+    group_pos: u8,
+    group_len: u8,
+    data: Vec<u8>,
+    repair: Vec<u8>,
+}
+
+impl EncodedBlock {
+    fn symbol_count(&self) -> usize {
+        usize::from(self.k) + usize::from(self.m)
+    }
+
+    fn payload(&self, index: usize) -> &[u8] {
+        let k = usize::from(self.k);
+        if index + 1 == k {
+            &self.data[index * self.shard_len..index * self.shard_len + usize::from(self.tail_len)]
+        } else if index < k {
+            &self.data[index * self.shard_len..(index + 1) * self.shard_len]
+        } else {
+            let r = index - k;
+            &self.repair[r * self.shard_len..(r + 1) * self.shard_len]
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Group {
+    channel: ChannelId,
+    blocks: Vec<EncodedBlock>,
+    /// Symbol index being emitted across the blocks.
+    round: usize,
+    /// Block within the round.
+    slot: usize,
+    rounds: usize,
+    source_bytes: usize,
+}
+
+impl Group {
+    /// Advances to the next (block, index) that exists; `None` when done.
+    fn current(&mut self) -> Option<(usize, usize)> {
+        while self.round < self.rounds {
+            while self.slot < self.blocks.len() {
+                if self.round < self.blocks[self.slot].symbol_count() {
+                    return Some((self.slot, self.round));
+                }
+                self.slot += 1;
+            }
+            self.slot = 0;
+            self.round += 1;
+        }
+        None
+    }
+}
+
+#[derive(Debug)]
+enum ControlBody {
+    Open(ChannelMeta),
+    Trailer(TrailerRepr),
+}
+
+#[derive(Debug)]
+struct ControlItem {
+    channel: ChannelId,
+    body: ControlBody,
+    copies_left: u8,
+    due_seq: u64,
+    due_time: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Next {
+    Beacon,
+    Control(usize),
+    Symbol,
+}
+
+/// The sending side of one session.
+#[derive(Debug)]
+pub struct Sender {
+    config: SenderConfig,
+    session: SessionId,
+    start: Timestamp,
+    seq: u64,
+    next_channel: u32,
+    channels: BTreeMap<ChannelId, ChannelTx>,
+    groups: VecDeque<Group>,
+    control: VecDeque<ControlItem>,
+    recent: VecDeque<ChannelEntry>,
+    pacer: Pacer,
+    pace_wait: Option<Timestamp>,
+    beacon_due: Timestamp,
+    buffered: usize,
+    fec: ReedSolomon,
+    events: VecDeque<SenderEvent>,
+    stats: SenderStats,
+}
+
+const RECENT_CHANNELS: usize = 16;
+
+impl Sender {
+    /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
+    pub fn new(config: SenderConfig, session: SessionId, now: Timestamp) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let burst = (config.max_batch * (config.datagram_len() + config.per_datagram_overhead)) as u64;
+        Ok(Sender {
+            pacer: Pacer::new(config.rate, burst, now),
+            config,
+            session,
+            start: now,
+            seq: 0,
+            next_channel: 1,
+            channels: BTreeMap::new(),
+            groups: VecDeque::new(),
+            control: VecDeque::new(),
+            recent: VecDeque::new(),
+            pace_wait: None,
+            beacon_due: now,
+            buffered: 0,
+            fec: ReedSolomon::new(),
+            events: VecDeque::new(),
+            stats: SenderStats::default(),
+        })
+    }
+
+    /// This session's id.
+    pub fn session_id(&self) -> SessionId {
+        self.session
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &SenderConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SenderStats {
+        &self.stats
+    }
+
+    /// Bytes `write` will accept now (0 means wait: the buffer is full).
+    pub fn writable(&self) -> usize {
+        self.config.buffer_limit.saturating_sub(self.buffered)
+    }
+
+    /// Channels not yet fully sent.
+    pub fn open_channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Nothing left to send but beacons.
+    pub fn is_idle(&self) -> bool {
+        self.channels.is_empty() && self.groups.is_empty() && self.control.is_empty()
+    }
+
+    /// Longest channel name: the channel-open datagram must be no larger
+    /// than a full symbol datagram (so it never fragments) and the name at
+    /// most [`MAX_NAME_LEN`] bytes.
+    pub fn max_name_len(&self) -> usize {
+        (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - crate::wire::OPEN_FIXED_LEN).min(MAX_NAME_LEN)
+    }
+
+    /// Opens a channel; its metadata goes out (repeated) before its data.
+    pub fn open_channel(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
+        if meta.name.len() > self.max_name_len() {
+            return Err(SendError::NameTooLong(meta.name.len()));
+        }
+        if self.next_channel == u32::MAX {
+            return Err(SendError::ChannelsExhausted);
+        }
+        let id = ChannelId(self.next_channel);
+        self.next_channel += 1;
+        self.control.push_back(ControlItem {
+            channel: id,
+            body: ControlBody::Open(meta),
+            copies_left: self.config.control_copies,
+            due_seq: 0,
+            due_time: Timestamp::ZERO,
+        });
+        self.channels.insert(
+            id,
+            ChannelTx {
+                pending: Vec::new(),
+                pending_since: None,
+                next_block: 0,
+                total_len: 0,
+                hasher: blake3::Hasher::new(),
+                finishing: false,
+                groups_in_flight: 0,
+                blocks_sent: 0,
+            },
+        );
+        self.stats.channels_opened += 1;
+        Ok(id)
+    }
+
+    /// Offers bytes; returns how many were accepted (fewer than offered, maybe
+    /// zero, when the buffer is full: try again after sending).
+    pub fn write(&mut self, now: Timestamp, channel: ChannelId, data: &[u8]) -> Result<usize, SendError> {
+        let room = self.writable();
+        let ch = self.channels.get_mut(&channel).filter(|c| !c.finishing).ok_or(SendError::NotOpen(channel))?;
+        let n = data.len().min(room);
+        if n < data.len() {
+            self.stats.backpressure_events += 1;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        ch.pending.extend_from_slice(&data[..n]);
+        ch.hasher.update(&data[..n]);
+        ch.total_len += n as u64;
+        ch.pending_since.get_or_insert(now);
+        self.buffered += n;
+        self.stats.bytes_accepted += n as u64;
+        self.cut_groups(channel, now, false);
+        Ok(n)
+    }
+
+    /// Sends what is pending of `channel` now, as a partial block, instead of
+    /// waiting for a full group or the flush delay.
+    pub fn flush(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
+        if !self.channels.contains_key(&channel) {
+            return Err(SendError::NotOpen(channel));
+        }
+        self.cut_groups(channel, now, true);
+        Ok(())
+    }
+
+    /// No more bytes: cut the rest, then the trailer follows the last symbol.
+    pub fn finish(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
+        let ch = self.channels.get_mut(&channel).filter(|c| !c.finishing).ok_or(SendError::NotOpen(channel))?;
+        ch.finishing = true;
+        self.cut_groups(channel, now, true);
+        self.maybe_queue_trailer(channel, now);
+        Ok(())
+    }
+
+    /// Gives the channel up: unsent blocks are discarded and an aborted
+    /// trailer tells the receiver to fail it.
+    pub fn abort(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
+        let Some(ch) = self.channels.remove(&channel) else {
+            return Err(SendError::NotOpen(channel));
+        };
+        self.buffered -= ch.pending.len();
+        let mut freed = 0;
+        self.groups.retain(|g| {
+            if g.channel == channel {
+                freed += g.source_bytes;
+                false
+            } else {
+                true
+            }
+        });
+        self.buffered -= freed;
+        self.queue_control(
+            channel,
+            ControlBody::Trailer(TrailerRepr {
+                total_len: ch.total_len,
+                total_blocks: ch.next_block,
+                status: TrailerStatus::Aborted,
+                digest: [0; 32],
+            }),
+            now,
+        );
+        self.remember(channel, ChannelState::Aborted, ch.blocks_sent);
+        self.stats.channels_aborted += 1;
+        self.events.push_back(SenderEvent::ChannelAborted { channel });
+        Ok(())
+    }
+
+    /// Next event for the application.
+    pub fn poll_event(&mut self) -> Option<SenderEvent> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` or a `poll_*` call has work: the next beacon,
+    /// the pacer's next permission, a control copy or a partial-block flush.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let mut next = self.beacon_due;
+        if let Some(t) = self.pace_wait {
+            next = next.min(t);
+        }
+        for item in &self.control {
+            next = next.min(item.due_time);
+        }
+        for ch in self.channels.values() {
+            if let Some(since) = ch.pending_since {
+                next = next.min(since + self.config.flush_delay);
+            }
+        }
+        Some(next)
+    }
+
+    /// Processes timers due at `now` (flushes partial blocks). Idempotent.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let due: Vec<ChannelId> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.pending_since.is_some_and(|s| s + self.config.flush_delay <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.cut_groups(id, now, true);
+        }
+        if self.pace_wait.is_some_and(|t| t <= now) {
+            self.pace_wait = None;
+        }
+    }
+
+    /// Writes the next datagram into `buf` (at least [`SenderConfig::datagram_len`]
+    /// bytes) and returns its length, or `None` if nothing may leave now.
+    pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
+        let next = self.pick(now)?;
+        let len = self.next_len(next);
+        let wire = len + self.config.per_datagram_overhead;
+        if !self.pacer.can_send(now, wire) {
+            self.pace_wait = Some(self.pacer.next_send_time(now, wire));
+            return None;
+        }
+        self.pacer.consume(now, wire);
+        self.pace_wait = None;
+        Some(self.emit(now, next, buf))
+    }
+
+    /// Appends up to `config.max_batch` datagrams to `out` for one GSO send:
+    /// all the same size except possibly the last.
+    pub fn poll_batch(&mut self, now: Timestamp, out: &mut Vec<u8>) -> Option<Batch> {
+        let mut batch: Option<Batch> = None;
+        let max = self.config.max_batch;
+        while batch.is_none_or(|b| b.count < max) {
+            let Some(next) = self.pick(now) else { break };
+            let len = self.next_len(next);
+            if let Some(b) = batch {
+                // GSO: same size, or one shorter datagram that ends the batch.
+                if len > b.segment_size || b.len + len > 65_000 {
+                    break;
+                }
+            }
+            let wire = len + self.config.per_datagram_overhead;
+            if !self.pacer.can_send(now, wire) {
+                self.pace_wait = Some(self.pacer.next_send_time(now, wire));
+                break;
+            }
+            self.pacer.consume(now, wire);
+            self.pace_wait = None;
+            let start = out.len();
+            out.resize(start + len, 0);
+            let written = self.emit(now, next, &mut out[start..]);
+            debug_assert_eq!(written, len);
+            let b = batch.get_or_insert(Batch { segment_size: len, count: 0, len: 0 });
+            b.count += 1;
+            b.len += len;
+            if len < b.segment_size {
+                break;
+            }
+        }
+        batch
+    }
+
+    fn pick(&self, now: Timestamp) -> Option<Next> {
+        if now >= self.beacon_due {
+            return Some(Next::Beacon);
+        }
+        if let Some(i) = self.control.iter().position(|c| c.due_seq <= self.seq || c.due_time <= now) {
+            return Some(Next::Control(i));
+        }
+        if !self.groups.is_empty() {
+            return Some(Next::Symbol);
+        }
+        None
+    }
+
+    fn next_len(&self, next: Next) -> usize {
+        let tag = self.config.integrity.tag_len();
+        let body = match next {
+            Next::Beacon => BEACON_FIXED_LEN + self.beacon_entries().len() * BEACON_ENTRY_LEN,
+            Next::Control(i) => match &self.control[i].body {
+                ControlBody::Open(meta) => crate::wire::OPEN_FIXED_LEN + meta.name.len(),
+                ControlBody::Trailer(_) => crate::wire::TRAILER_LEN,
+            },
+            Next::Symbol => {
+                let g = &self.groups[0];
+                // `current` was normalised when the group was queued/advanced.
+                let b = &g.blocks[g.slot];
+                SYMBOL_HEADER_LEN + b.payload(g.round).len()
+            }
+        };
+        HEADER_LEN + body + tag
+    }
+
+    fn header(&self, now: Timestamp, channel: ChannelId) -> Header {
+        Header {
+            session: self.session,
+            seq: self.seq,
+            channel,
+            timestamp_ms: ((now - self.start).as_millis() & 0xFFFF_FFFF) as u32,
+            lifetime_ms: self.config.lifetime.as_millis() as u16,
+        }
+    }
+
+    fn beacon_entries(&self) -> Vec<ChannelEntry> {
+        let room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - BEACON_FIXED_LEN) / BEACON_ENTRY_LEN;
+        let open = self.channels.iter().map(|(id, c)| ChannelEntry {
+            channel: *id,
+            state: ChannelState::Open,
+            blocks_sent: c.blocks_sent,
+        });
+        let mut entries: Vec<ChannelEntry> = self.recent.iter().rev().copied().collect();
+        entries.extend(open);
+        entries.truncate(room);
+        entries
+    }
+
+    fn emit(&mut self, now: Timestamp, next: Next, buf: &mut [u8]) -> usize {
+        let len = match next {
+            Next::Beacon => {
+                let repr = DatagramRepr {
+                    header: self.header(now, ChannelId(0)),
+                    body: Body::Beacon(BeaconRepr {
+                        start_unix_ms: self.config.start_unix_ms,
+                        symbol_size: self.config.symbol_size.get() as u16,
+                        block_symbols: self.config.block_symbols,
+                        repair_symbols: self.config.repair.repair_for(self.config.block_symbols),
+                        interleave_depth: self.config.interleave_depth,
+                        rate_bps: self.config.rate.bps(),
+                        delta_t_ms: self.config.delta_t.as_millis().min(u128::from(u32::MAX)) as u32,
+                        beacon_interval_ms: self.config.beacon_interval.as_millis().min(u128::from(u32::MAX)) as u32,
+                        datagrams_sent: self.stats.datagrams_sent,
+                        bytes_sent: self.stats.bytes_accepted,
+                        channels: self.beacon_entries(),
+                    }),
+                };
+                self.beacon_due = now + self.config.beacon_interval;
+                self.stats.beacons += 1;
+                repr.emit(buf, &self.config.integrity)
+            }
+            Next::Control(i) => {
+                let item = &self.control[i];
+                let body = match &item.body {
+                    ControlBody::Open(meta) => {
+                        self.stats.opens += 1;
+                        Body::Open(meta.clone())
+                    }
+                    ControlBody::Trailer(t) => {
+                        self.stats.trailers += 1;
+                        Body::Trailer(*t)
+                    }
+                };
+                let repr = DatagramRepr { header: self.header(now, item.channel), body };
+                let len = repr.emit(buf, &self.config.integrity);
+                self.control_sent(i, now);
+                len
+            }
+            Next::Symbol => self.emit_symbol(now, buf),
+        };
+        self.seq += 1;
+        self.stats.datagrams_sent += 1;
+        self.stats.wire_bytes += len as u64;
+        len
+    }
+
+    fn emit_symbol(&mut self, now: Timestamp, buf: &mut [u8]) -> usize {
+        let header = self.header(now, self.groups[0].channel);
+        let g = &mut self.groups[0];
+        let (slot, index) = (g.slot, g.round);
+        let b = &g.blocks[slot];
+        let symbol = SymbolRepr {
+            block: b.block,
+            index: index as u16,
+            k: b.k,
+            m: b.m,
+            tail_len: b.tail_len,
+            group_pos: b.group_pos,
+            group_len: b.group_len,
+            payload: b.payload(index),
+        };
+        let repr = DatagramRepr {
+            header,
+            body: if index < usize::from(b.k) { Body::Data(symbol) } else { Body::Repair(symbol) },
+        };
+        let len = repr.emit(buf, &self.config.integrity);
+        if index < usize::from(b.k) {
+            self.stats.data_symbols += 1;
+        } else {
+            self.stats.repair_symbols += 1;
+        }
+        g.slot += 1;
+        if g.current().is_none() {
+            self.group_done(now);
+        }
+        len
+    }
+
+    fn group_done(&mut self, now: Timestamp) {
+        let Some(g) = self.groups.pop_front() else { return };
+        self.buffered -= g.source_bytes;
+        if let Some(ch) = self.channels.get_mut(&g.channel) {
+            ch.groups_in_flight -= 1;
+            ch.blocks_sent += g.blocks.len() as u64;
+        }
+        self.maybe_queue_trailer(g.channel, now);
+    }
+
+    fn maybe_queue_trailer(&mut self, channel: ChannelId, now: Timestamp) {
+        let Some(ch) = self.channels.get(&channel) else { return };
+        if !ch.finishing || ch.groups_in_flight > 0 || !ch.pending.is_empty() {
+            return;
+        }
+        let Some(ch) = self.channels.remove(&channel) else { return };
+        let digest = *ch.hasher.finalize().as_bytes();
+        self.queue_control(
+            channel,
+            ControlBody::Trailer(TrailerRepr {
+                total_len: ch.total_len,
+                total_blocks: ch.next_block,
+                status: TrailerStatus::Complete,
+                digest,
+            }),
+            now,
+        );
+        self.remember(channel, ChannelState::Finished, ch.blocks_sent);
+    }
+
+    fn remember(&mut self, channel: ChannelId, state: ChannelState, blocks_sent: u64) {
+        if self.recent.len() == RECENT_CHANNELS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ChannelEntry { channel, state, blocks_sent });
+    }
+
+    fn queue_control(&mut self, channel: ChannelId, body: ControlBody, _now: Timestamp) {
+        self.control.push_back(ControlItem {
+            channel,
+            body,
+            copies_left: self.config.control_copies,
+            due_seq: self.seq,
+            due_time: Timestamp::ZERO,
+        });
+    }
+
+    fn control_sent(&mut self, i: usize, now: Timestamp) {
+        let spacing = self.config.control_spacing;
+        let interval = self.config.control_interval;
+        let item = &mut self.control[i];
+        item.copies_left -= 1;
+        if item.copies_left > 0 {
+            item.due_seq = self.seq + 1 + spacing;
+            item.due_time = now + interval;
+            return;
+        }
+        let Some(item) = self.control.remove(i) else { return };
+        if let ControlBody::Trailer(t) = item.body {
+            if t.status == TrailerStatus::Complete {
+                self.stats.channels_sent += 1;
+                self.events.push_back(SenderEvent::ChannelSent {
+                    channel: item.channel,
+                    bytes: t.total_len,
+                    digest: t.digest,
+                });
+            }
+        }
+    }
+
+    /// Cuts pending bytes of `channel` into blocks and interleave groups: full
+    /// groups always; with `flush`, also the remainder.
+    fn cut_groups(&mut self, channel: ChannelId, now: Timestamp, flush: bool) {
+        let block_bytes = self.config.block_bytes();
+        let depth = usize::from(self.config.interleave_depth);
+        let group_bytes = block_bytes * depth;
+        loop {
+            let Some(ch) = self.channels.get_mut(&channel) else { return };
+            let pending = ch.pending.len();
+            if pending == 0 || (pending < group_bytes && !flush) {
+                break;
+            }
+            let take = pending.min(group_bytes);
+            let bytes: Vec<u8> = ch.pending.drain(..take).collect();
+            if ch.pending.is_empty() {
+                ch.pending_since = None;
+            } else if take == group_bytes && !flush {
+                ch.pending_since = Some(now);
+            }
+            let first_block = ch.next_block;
+            let n_blocks = take.div_ceil(block_bytes);
+            ch.next_block += n_blocks as u64;
+            ch.groups_in_flight += 1;
+            let mut blocks = Vec::with_capacity(n_blocks);
+            for (pos, chunk) in bytes.chunks(block_bytes).enumerate() {
+                blocks.push(self.encode_block(first_block + pos as u64, pos as u8, n_blocks as u8, chunk));
+            }
+            let rounds = blocks.iter().map(EncodedBlock::symbol_count).max().unwrap_or(0);
+            self.stats.blocks += n_blocks as u64;
+            self.groups.push_back(Group {
+                channel,
+                blocks,
+                round: 0,
+                slot: 0,
+                rounds,
+                source_bytes: take,
+            });
+        }
+    }
+
+    fn encode_block(&mut self, block: u64, group_pos: u8, group_len: u8, bytes: &[u8]) -> EncodedBlock {
+        let s = self.config.symbol_size.get();
+        let k = bytes.len().div_ceil(s);
+        let shard_len = if k == 1 { bytes.len().next_multiple_of(2) } else { s };
+        let tail_len = bytes.len() - (k - 1) * shard_len;
+        let m = usize::from(self.config.repair.repair_for(k as u16));
+        let mut data = vec![0u8; k * shard_len];
+        data[..bytes.len()].copy_from_slice(bytes);
+        let mut repair = vec![0u8; m * shard_len];
+        if let Err(e) = self.fec.encode(k, m, shard_len, &data, &mut repair) {
+            // validate() guarantees supported parameters; a failure here is a
+            // bug, and sending no repair keeps the data correct.
+            debug_assert!(false, "FEC encode failed: {e}");
+            repair.clear();
+            return EncodedBlock { block, k: k as u16, m: 0, shard_len, tail_len: tail_len as u16, group_pos, group_len, data, repair };
+        }
+        EncodedBlock {
+            block,
+            k: k as u16,
+            m: m as u16,
+            shard_len,
+            tail_len: tail_len as u16,
+            group_pos,
+            group_len,
+            data,
+            repair,
+        }
+    }
+}
