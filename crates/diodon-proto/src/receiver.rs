@@ -883,10 +883,17 @@ impl Receiver {
             }
             for e in &beacon.channels {
                 if let Some(ch) = s.channels.get_mut(&e.channel) {
-                    ch.last_heard = now;
                     match e.state {
                         ChannelState::Aborted => aborted.push(e.channel),
-                        ChannelState::Open | ChannelState::Finished => ch.advance_progress(e.blocks_sent, now, grace),
+                        // An open channel is alive even when idle (a quiet
+                        // TCP connection): the beacon keeps its state.
+                        ChannelState::Open => {
+                            ch.last_heard = now;
+                            ch.advance_progress(e.blocks_sent, now, grace);
+                        }
+                        // A finished one is not: if its trailer never comes
+                        // it expires 2Δt after its last datagram.
+                        ChannelState::Finished => ch.advance_progress(e.blocks_sent, now, grace),
                     }
                 }
             }

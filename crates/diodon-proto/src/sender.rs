@@ -334,7 +334,7 @@ pub struct Sender {
     stats: SenderStats,
 }
 
-const RECENT_CHANNELS: usize = 16;
+const RECENT_CHANNELS: usize = 64;
 
 impl Sender {
     /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
@@ -384,6 +384,25 @@ impl Sender {
     /// Channels not yet fully sent.
     pub fn open_channels(&self) -> usize {
         self.channels.len()
+    }
+
+    /// One line per open channel, for diagnostics.
+    pub fn describe_channels(&self) -> Vec<String> {
+        let queue = format!("groups queued {} control queued {} pace_wait {:?} beacon_due {:?}", self.groups.len(), self.control.len(), self.pace_wait, self.beacon_due);
+        std::iter::once(queue).chain(self.channels
+            .iter()
+            .map(|(id, c)| {
+                format!(
+                    "channel {id}: pending {} finishing {} groups {} next_block {} sent {} total {}",
+                    c.pending.len(),
+                    c.finishing,
+                    c.groups_in_flight,
+                    c.next_block,
+                    c.blocks_sent,
+                    c.total_len
+                )
+            }))
+            .collect()
     }
 
     /// Nothing left to send but beacons.
@@ -514,12 +533,15 @@ impl Sender {
     /// When `handle_timeout` or a `poll_*` call has work: the next beacon,
     /// the pacer's next permission, a control copy or a partial-block flush.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let mut next = self.beacon_due;
+        // Nothing can leave before the pacer allows it, so datagrams that
+        // are already due wake the driver at the pacer's time, not earlier.
+        let floor = self.pace_wait.unwrap_or(Timestamp::ZERO);
+        let mut next = self.beacon_due.max(floor);
         if let Some(t) = self.pace_wait {
             next = next.min(t);
         }
         for item in &self.control {
-            next = next.min(item.due_time);
+            next = next.min(item.due_time.max(floor));
         }
         for ch in self.channels.values() {
             if let Some(since) = ch.pending_since {
@@ -844,7 +866,7 @@ impl Sender {
         let k = bytes.len().div_ceil(s);
         let shard_len = if k == 1 { bytes.len().next_multiple_of(2) } else { s };
         let tail_len = bytes.len() - (k - 1) * shard_len;
-        let m = usize::from(self.config.repair.repair_for(k as u16));
+        let m = usize::from(self.config.repair.repair_for_short(k as u16, self.config.block_symbols));
         let mut data = vec![0u8; k * shard_len];
         data[..bytes.len()].copy_from_slice(bytes);
         let mut repair = vec![0u8; m * shard_len];

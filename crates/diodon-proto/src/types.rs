@@ -176,10 +176,21 @@ impl RepairRatio {
         u32::from(self.0)
     }
 
-    /// Repair symbols for a block of `k` source symbols: ⌈k·r/100⌉.
+    /// Repair symbols for a full block of `k` source symbols: ⌈k·r/100⌉.
     pub fn repair_for(self, k: u16) -> u16 {
         let m = (u32::from(k) * u32::from(self.0)).div_ceil(100);
         m as u16
+    }
+
+    /// Repair symbols for a short block of `k` source symbols when full
+    /// blocks have `k_full`: at least ⌈k·r/100⌉, and at least half of a full
+    /// block's repair count (never more than a full block's). Short blocks
+    /// (small files, the tail of every file, flushed stream data) would
+    /// otherwise tolerate far fewer losses than full ones; with this floor a
+    /// 1-byte file at 10 % repair over 64-symbol blocks gets 4 repair symbols.
+    pub fn repair_for_short(self, k: u16, k_full: u16) -> u16 {
+        let full = self.repair_for(k_full);
+        self.repair_for(k).max(full.div_ceil(2)).min(full.max(self.repair_for(k)))
     }
 }
 
@@ -213,5 +224,9 @@ mod tests {
         assert_eq!(r.repair_for(1), 1);
         assert_eq!(RepairRatio::percent(0).unwrap().repair_for(64), 0);
         assert!(RepairRatio::percent(101).is_err());
+        assert_eq!(r.repair_for_short(1, 64), 4);
+        assert_eq!(r.repair_for_short(64, 64), 7);
+        assert_eq!(r.repair_for_short(50, 64), 5);
+        assert_eq!(RepairRatio::percent(0).unwrap().repair_for_short(3, 64), 0);
     }
 }

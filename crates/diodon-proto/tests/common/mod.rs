@@ -131,7 +131,10 @@ impl<'a> Transfer<'a> {
     pub fn run(&mut self, link: &mut dyn TestLink, limit: Duration) {
         let deadline = self.now + limit;
         let mut buf = Vec::with_capacity(64 * 1024);
+        let mut iterations = 0u64;
         loop {
+            iterations += 1;
+            assert!(iterations < 50_000_000, "driver loop does not make progress at {:?}", self.now);
             self.feed();
             // Send everything the sender allows now.
             loop {
@@ -179,4 +182,79 @@ pub fn payload(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A pass-through link node placed after every impairment: it records, from
+/// what actually reaches the receiver intact, which channels *should*
+/// complete (every block has ≥ k distinct symbols, an open and a trailer
+/// arrived). The receiver's verdicts are checked against it exactly.
+pub mod oracle {
+    use diodon_proto::wire::{parse_datagram, Body, Integrity};
+    use diodon_proto::{ChannelId, Timestamp};
+    use diodon_sim::{LinkNode, NodeStats};
+    use std::cell::RefCell;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::rc::Rc;
+
+    #[derive(Default, Debug)]
+    pub struct Tally {
+        /// (channel, block) -> (k, distinct symbol indexes)
+        pub blocks: BTreeMap<(u32, u64), (u16, BTreeSet<u16>)>,
+        pub opens: BTreeSet<u32>,
+        /// channel -> total blocks
+        pub trailers: BTreeMap<u32, u64>,
+    }
+
+    impl Tally {
+        /// Whether `channel` had everything it needs to complete.
+        pub fn deliverable(&self, channel: ChannelId) -> bool {
+            let c = channel.0;
+            let Some(&total) = self.trailers.get(&c) else { return false };
+            self.opens.contains(&c)
+                && (0..total).all(|b| self.blocks.get(&(c, b)).is_some_and(|(k, got)| got.len() >= usize::from(*k)))
+        }
+    }
+
+    pub struct Oracle {
+        pub tally: Rc<RefCell<Tally>>,
+        integrity: Integrity,
+        stats: NodeStats,
+    }
+
+    impl Oracle {
+        pub fn new(integrity: Integrity) -> (Self, Rc<RefCell<Tally>>) {
+            let tally = Rc::new(RefCell::new(Tally::default()));
+            (Oracle { tally: tally.clone(), integrity, stats: NodeStats::default() }, tally)
+        }
+    }
+
+    impl LinkNode for Oracle {
+        fn offer(&mut self, now: Timestamp, datagram: Vec<u8>, out: &mut Vec<(Timestamp, Vec<u8>)>) {
+            self.stats.offered += 1;
+            self.stats.passed += 1;
+            if let Ok(repr) = parse_datagram(&datagram, &self.integrity) {
+                let c = repr.header.channel.0;
+                let mut t = self.tally.borrow_mut();
+                match repr.body {
+                    Body::Data(s) | Body::Repair(s) => {
+                        t.blocks.entry((c, s.block)).or_insert_with(|| (s.k, BTreeSet::new())).1.insert(s.index);
+                    }
+                    Body::Open(_) => {
+                        t.opens.insert(c);
+                    }
+                    Body::Trailer(tr) => {
+                        t.trailers.insert(c, tr.total_blocks);
+                    }
+                    Body::Beacon(_) => {}
+                }
+            }
+            out.push((now, datagram));
+        }
+        fn stats(&self) -> NodeStats {
+            self.stats.clone()
+        }
+        fn name(&self) -> &'static str {
+            "oracle"
+        }
+    }
 }
