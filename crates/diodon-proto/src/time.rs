@@ -78,6 +78,15 @@ impl Sub<Timestamp> for Timestamp {
     }
 }
 
+impl Sub<Duration> for Timestamp {
+    type Output = Timestamp;
+    /// `self − d`, saturating at [`Timestamp::ZERO`].
+    fn sub(self, rhs: Duration) -> Timestamp {
+        let nanos = u64::try_from(rhs.as_nanos()).unwrap_or(u64::MAX);
+        Timestamp(self.0.saturating_sub(nanos))
+    }
+}
+
 impl fmt::Debug for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "t+{:.6}s", self.0 as f64 / 1e9)
