@@ -108,7 +108,7 @@ impl ErasureCode for ReedSolomon {
         if m == 0 {
             return Ok(());
         }
-        if !Self::supports(k, m) || shard_len == 0 || shard_len % 2 != 0 {
+        if !Self::supports(k, m) || shard_len == 0 || !shard_len.is_multiple_of(2) {
             return Err(FecError::Unsupported { k, m, shard_len });
         }
         let encoder = match &mut self.encoder {
@@ -116,15 +116,18 @@ impl ErasureCode for ReedSolomon {
                 e.reset(k, m, shard_len).map_err(internal)?;
                 e
             }
-            None => self
-                .encoder
-                .insert(reed_solomon_simd::ReedSolomonEncoder::new(k, m, shard_len).map_err(internal)?),
+            None => self.encoder.insert(
+                reed_solomon_simd::ReedSolomonEncoder::new(k, m, shard_len).map_err(internal)?,
+            ),
         };
         for shard in data.chunks_exact(shard_len).take(k) {
             encoder.add_original_shard(shard).map_err(internal)?;
         }
         let result = encoder.encode().map_err(internal)?;
-        for (out, shard) in repair.chunks_exact_mut(shard_len).zip(result.recovery_iter()) {
+        for (out, shard) in repair
+            .chunks_exact_mut(shard_len)
+            .zip(result.recovery_iter())
+        {
             out.copy_from_slice(shard);
         }
         Ok(())
@@ -144,7 +147,10 @@ impl ErasureCode for ReedSolomon {
             return Ok(());
         }
         if have + repair.len() < k {
-            return Err(FecError::NotEnough { have: have + repair.len(), need: k });
+            return Err(FecError::NotEnough {
+                have: have + repair.len(),
+                need: k,
+            });
         }
         if !Self::supports(k, m) || m == 0 {
             return Err(FecError::Unsupported { k, m, shard_len });
@@ -154,9 +160,9 @@ impl ErasureCode for ReedSolomon {
                 d.reset(k, m, shard_len).map_err(internal)?;
                 d
             }
-            None => self
-                .decoder
-                .insert(reed_solomon_simd::ReedSolomonDecoder::new(k, m, shard_len).map_err(internal)?),
+            None => self.decoder.insert(
+                reed_solomon_simd::ReedSolomonDecoder::new(k, m, shard_len).map_err(internal)?,
+            ),
         };
         for (i, shard) in data.chunks_exact(shard_len).enumerate().take(k) {
             if present[i] {
@@ -164,7 +170,9 @@ impl ErasureCode for ReedSolomon {
             }
         }
         for (index, shard) in repair {
-            decoder.add_recovery_shard(*index, shard).map_err(internal)?;
+            decoder
+                .add_recovery_shard(*index, shard)
+                .map_err(internal)?;
         }
         let result = decoder.decode().map_err(internal)?;
         for (i, restored) in result.restored_original_iter() {
@@ -216,6 +224,8 @@ mod tests {
     #[test]
     fn odd_shard_is_refused() {
         let mut out = vec![0; 3];
-        assert!(ReedSolomon::new().encode(1, 1, 3, &[1, 2, 3], &mut out).is_err());
+        assert!(ReedSolomon::new()
+            .encode(1, 1, 3, &[1, 2, 3], &mut out)
+            .is_err());
     }
 }

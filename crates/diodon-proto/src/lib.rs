@@ -18,6 +18,8 @@
 #![forbid(unsafe_code)]
 
 pub mod fec;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pacer;
 pub mod receiver;
 pub mod sender;

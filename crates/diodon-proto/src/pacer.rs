@@ -26,7 +26,12 @@ const NANO: u128 = 1_000_000_000;
 impl Pacer {
     /// A bucket for `rate` holding at most `burst` bytes, full at `now`.
     pub fn new(rate: Rate, burst: u64, now: Timestamp) -> Self {
-        Pacer { rate, burst, tokens_nb: u128::from(burst) * NANO, last: now }
+        Pacer {
+            rate,
+            burst,
+            tokens_nb: u128::from(burst) * NANO,
+            last: now,
+        }
     }
 
     /// The configured rate.
@@ -94,7 +99,10 @@ mod tests {
             }
         }
         let bits = sent * 1500 * 8;
-        assert!((999_000_000..=1_001_000_000).contains(&bits), "sent {bits} bits");
+        assert!(
+            (999_000_000..=1_001_000_000).contains(&bits),
+            "sent {bits} bits"
+        );
     }
 
     #[test]
@@ -108,7 +116,10 @@ mod tests {
         assert!(!p.can_send(later, 1));
         // 1000 bytes/s: 1 byte needs 1 ms.
         let t = p.next_send_time(later, 1);
-        assert!(t > later && t <= later + Duration::from_micros(1001), "{t:?}");
+        assert!(
+            t > later && t <= later + Duration::from_micros(1001),
+            "{t:?}"
+        );
     }
 
     #[test]

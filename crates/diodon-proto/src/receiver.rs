@@ -115,10 +115,15 @@ pub enum FailReason {
 impl std::fmt::Display for FailReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FailReason::BlockLost { block, count } => write!(f, "block {block} lost ({count} unrecoverable)"),
+            FailReason::BlockLost { block, count } => {
+                write!(f, "block {block} lost ({count} unrecoverable)")
+            }
             FailReason::DigestMismatch => f.write_str("digest mismatch"),
             FailReason::LengthMismatch { expected, received } => {
-                write!(f, "length mismatch: trailer says {expected}, received {received}")
+                write!(
+                    f,
+                    "length mismatch: trailer says {expected}, received {received}"
+                )
             }
             FailReason::TimedOut => f.write_str("timed out (2Δt of silence with blocks missing)"),
             FailReason::TrailerLost => f.write_str("trailer lost"),
@@ -284,7 +289,11 @@ pub struct ReceiverStats {
 impl ReceiverStats {
     /// Datagrams rejected by validation (length, version, integrity, body).
     pub fn invalid(&self) -> u64 {
-        self.bad_length + self.wrong_version + self.integrity_mismatch + self.bad_check + self.malformed
+        self.bad_length
+            + self.wrong_version
+            + self.integrity_mismatch
+            + self.bad_check
+            + self.malformed
     }
 }
 
@@ -307,7 +316,12 @@ enum SeqCheck {
 
 impl SeqWindow {
     fn new(first: u64) -> Self {
-        let mut w = SeqWindow { lowest: first, highest: first, bits: vec![0; (SEQ_WINDOW / 64) as usize], unique: 1 };
+        let mut w = SeqWindow {
+            lowest: first,
+            highest: first,
+            bits: vec![0; (SEQ_WINDOW / 64) as usize],
+            unique: 1,
+        };
         w.set(first);
         w
     }
@@ -462,7 +476,9 @@ impl BlockRx {
     }
 
     fn ready(&self) -> bool {
-        self.done.is_none() && self.shard_len.is_some() && self.present_count + self.repair.len() >= usize::from(self.k)
+        self.done.is_none()
+            && self.shard_len.is_some()
+            && self.present_count + self.repair.len() >= usize::from(self.k)
     }
 }
 
@@ -633,7 +649,9 @@ impl Receiver {
     pub fn handle_timeout(&mut self, now: Timestamp) {
         if self.timers.take_expired(Timer::Silence as usize, now) && !self.silent {
             self.silent = true;
-            self.events.push_back(Event::LinkSilent { last_heard: self.last_heard });
+            self.events.push_back(Event::LinkSilent {
+                last_heard: self.last_heard,
+            });
         }
         let expiry = 2 * self.config.delta_t;
         let mut failures: Vec<(ChannelId, FailReason)> = Vec::new();
@@ -699,8 +717,10 @@ impl Receiver {
         self.stats.accepted += 1;
         s.last_heard = now;
         self.last_heard = now;
-        self.timers.set(Timer::Silence as usize, now + self.config.silence_timeout);
-        self.timers.set(Timer::SessionExpiry as usize, now + 2 * self.config.delta_t);
+        self.timers
+            .set(Timer::Silence as usize, now + self.config.silence_timeout);
+        self.timers
+            .set(Timer::SessionExpiry as usize, now + 2 * self.config.delta_t);
         if self.silent {
             self.silent = false;
             self.events.push_back(Event::LinkResumed);
@@ -713,7 +733,8 @@ impl Receiver {
                     if ch.meta.is_none() {
                         ch.meta = Some(meta.clone());
                         self.stats.channels_opened += 1;
-                        self.events.push_back(Event::ChannelOpened { channel, meta });
+                        self.events
+                            .push_back(Event::ChannelOpened { channel, meta });
                         self.deliver(channel);
                     }
                 }
@@ -739,7 +760,12 @@ impl Receiver {
             }
             WireError::IntegrityMismatch { datagram_keyed, .. } => {
                 self.stats.integrity_mismatch += 1;
-                self.mismatch_once(2, Mismatch::Integrity { datagram_keyed: *datagram_keyed });
+                self.mismatch_once(
+                    2,
+                    Mismatch::Integrity {
+                        datagram_keyed: *datagram_keyed,
+                    },
+                );
             }
             WireError::BadCheck => self.stats.bad_check += 1,
             WireError::UnknownType(_) | WireError::Malformed { .. } => self.stats.malformed += 1,
@@ -765,9 +791,12 @@ impl Receiver {
         }
         let old = self.session.as_ref().map(|s| s.id);
         if let Some(old_id) = old {
-            self.fail_all(FailReason::SenderRestarted);
+            self.fail_all(&FailReason::SenderRestarted);
             self.retire_current();
-            self.events.push_back(Event::SessionRestarted { old: old_id, new: id });
+            self.events.push_back(Event::SessionRestarted {
+                old: old_id,
+                new: id,
+            });
         } else {
             self.events.push_back(Event::SessionStarted { session: id });
         }
@@ -785,7 +814,10 @@ impl Receiver {
         // The first datagram opened the window; undo its count so the
         // regular check below accepts it once.
         if let Some(s) = &mut self.session {
-            s.window = SeqWindow { unique: 0, ..s.window.clone() };
+            s.window = SeqWindow {
+                unique: 0,
+                ..s.window.clone()
+            };
             let (w, b) = SeqWindow::bit(repr.header.seq);
             s.window.bits[w] &= !b;
         }
@@ -805,8 +837,10 @@ impl Receiver {
     }
 
     fn expire_session(&mut self) {
-        let Some(id) = self.session.as_ref().map(|s| s.id) else { return };
-        self.fail_all(FailReason::SessionExpired);
+        let Some(id) = self.session.as_ref().map(|s| s.id) else {
+            return;
+        };
+        self.fail_all(&FailReason::SessionExpired);
         if let Some(s) = self.session.take() {
             self.retired_missing += s.window.missing();
         }
@@ -814,11 +848,18 @@ impl Receiver {
         self.events.push_back(Event::SessionExpired { session: id });
     }
 
-    fn fail_all(&mut self, reason: FailReason) {
-        let mut ids: Vec<ChannelId> = self.session.as_ref().map(|s| s.channels.keys().copied().collect()).unwrap_or_default();
+    fn fail_all(&mut self, reason: &FailReason) {
+        let mut ids: Vec<ChannelId> = self
+            .session
+            .as_ref()
+            .map(|s| s.channels.keys().copied().collect())
+            .unwrap_or_default();
         ids.sort();
         for id in ids {
-            let r = match (&reason, self.session.as_ref().and_then(|s| s.channels.get(&id))) {
+            let r = match (
+                reason,
+                self.session.as_ref().and_then(|s| s.channels.get(&id)),
+            ) {
                 (FailReason::SessionExpired, Some(ch)) => match silence_reason(ch) {
                     FailReason::TimedOut => FailReason::SessionExpired,
                     other => other,
@@ -840,13 +881,16 @@ impl Receiver {
         }
         s.ended.insert(channel);
         self.stats.channels_failed += 1;
-        self.events.push_back(Event::ChannelFailed { channel, reason });
+        self.events
+            .push_back(Event::ChannelFailed { channel, reason });
     }
 
     /// Makes sure the channel has state (created on first sight); `false` if
     /// it already ended (the datagram is late) or the channel limit is reached.
     fn ensure_channel(&mut self, now: Timestamp, channel: ChannelId) -> bool {
-        let Some(s) = self.session.as_mut() else { return false };
+        let Some(s) = self.session.as_mut() else {
+            return false;
+        };
         if s.ended.contains(&channel) {
             self.stats.late += 1;
             return false;
@@ -856,7 +900,10 @@ impl Receiver {
             self.fail_channel(channel, FailReason::ResourceLimit);
             return false;
         }
-        let ch = s.channels.entry(channel).or_insert_with(|| ChannelRx::new(now));
+        let ch = s
+            .channels
+            .entry(channel)
+            .or_insert_with(|| ChannelRx::new(now));
         ch.last_heard = now;
         true
     }
@@ -874,12 +921,17 @@ impl Receiver {
         let mut aborted = Vec::new();
         let mut new_mismatches = Vec::new();
         if let Some(s) = &mut self.session {
-            if usize::from(beacon.symbol_size) > self.config.max_symbol_size && s.mismatches.insert(1) {
+            if usize::from(beacon.symbol_size) > self.config.max_symbol_size
+                && s.mismatches.insert(1)
+            {
                 new_mismatches.push(Mismatch::SymbolTooLarge(beacon.symbol_size));
             }
             let receiver_ms = self.config.delta_t.as_millis() as u64;
             if u64::from(beacon.delta_t_ms) > receiver_ms && s.mismatches.insert(2) {
-                new_mismatches.push(Mismatch::DeltaT { sender_ms: beacon.delta_t_ms, receiver_ms });
+                new_mismatches.push(Mismatch::DeltaT {
+                    sender_ms: beacon.delta_t_ms,
+                    receiver_ms,
+                });
             }
             for e in &beacon.channels {
                 if let Some(ch) = s.channels.get_mut(&e.channel) {
@@ -899,7 +951,9 @@ impl Receiver {
             }
             let changed = s.beacon.as_ref().is_none_or(|b| !same_params(b, &beacon));
             if changed {
-                self.events.push_back(Event::SessionParams { beacon: beacon.clone() });
+                self.events.push_back(Event::SessionParams {
+                    beacon: beacon.clone(),
+                });
             }
             s.beacon = Some(beacon);
         }
@@ -913,7 +967,9 @@ impl Receiver {
 
     fn on_trailer(&mut self, now: Timestamp, channel: ChannelId, trailer: TrailerRepr) {
         let grace = self.config.reorder_grace;
-        let Some(ch) = self.channel_mut(now, channel) else { return };
+        let Some(ch) = self.channel_mut(now, channel) else {
+            return;
+        };
         if trailer.status == TrailerStatus::Aborted {
             self.fail_channel(channel, FailReason::SenderAborted);
             return;
@@ -935,13 +991,22 @@ impl Receiver {
         if !self.ensure_channel(now, channel) {
             return;
         }
-        let Some(ch) = self.session.as_mut().and_then(|s| s.channels.get_mut(&channel)) else { return };
+        let Some(ch) = self
+            .session
+            .as_mut()
+            .and_then(|s| s.channels.get_mut(&channel))
+        else {
+            return;
+        };
         if sym.block < ch.next_block || ch.trailer.is_some_and(|t| sym.block >= t.total_blocks) {
             self.stats.late += 1;
             return;
         }
         ch.advance_progress(sym.group_start(), now, grace);
-        let block = ch.blocks.entry(sym.block).or_insert_with(|| BlockRx::new(sym));
+        let block = ch
+            .blocks
+            .entry(sym.block)
+            .or_insert_with(|| BlockRx::new(sym));
         if !block.matches(sym) {
             self.stats.inconsistent += 1;
             return;
@@ -968,8 +1033,16 @@ impl Receiver {
             let shard_len = block.shard_len.unwrap_or(0);
             let needed = k - block.present_count;
             if needed > 0 {
-                let repair: Vec<(usize, &[u8])> = block.repair.iter().map(|(i, r)| (*i, r.as_slice())).collect();
-                if self.fec.decode(k, m, shard_len, &mut block.data, &block.present, &repair).is_err() {
+                let repair: Vec<(usize, &[u8])> = block
+                    .repair
+                    .iter()
+                    .map(|(i, r)| (*i, r.as_slice()))
+                    .collect();
+                if self
+                    .fec
+                    .decode(k, m, shard_len, &mut block.data, &block.present, &repair)
+                    .is_err()
+                {
                     // Only reachable with forged parameters the code cannot
                     // handle; the block stays incomplete and is declared
                     // lost by the timers.
@@ -998,7 +1071,9 @@ impl Receiver {
     /// and all blocks are in.
     fn deliver(&mut self, channel: ChannelId) {
         let Some(s) = &mut self.session else { return };
-        let Some(ch) = s.channels.get_mut(&channel) else { return };
+        let Some(ch) = s.channels.get_mut(&channel) else {
+            return;
+        };
         if ch.meta.is_none() {
             return;
         }
@@ -1006,7 +1081,9 @@ impl Receiver {
             if block.done.is_none() {
                 break;
             }
-            let Some(mut block) = ch.blocks.remove(&ch.next_block) else { break };
+            let Some(mut block) = ch.blocks.remove(&ch.next_block) else {
+                break;
+            };
             let data = block.done.take().unwrap_or_default();
             let held = data.len();
             ch.buffered -= held;
@@ -1017,14 +1094,21 @@ impl Receiver {
             ch.next_block += 1;
             self.stats.blocks_delivered += 1;
             self.stats.bytes_delivered += data.len() as u64;
-            self.events.push_back(Event::ChannelData { channel, offset, data });
+            self.events.push_back(Event::ChannelData {
+                channel,
+                offset,
+                data,
+            });
         }
         let Some(trailer) = ch.trailer else { return };
         if ch.next_block < trailer.total_blocks {
             return;
         }
         let verdict = if ch.delivered != trailer.total_len {
-            Err(FailReason::LengthMismatch { expected: trailer.total_len, received: ch.delivered })
+            Err(FailReason::LengthMismatch {
+                expected: trailer.total_len,
+                received: ch.delivered,
+            })
         } else if *ch.hasher.finalize().as_bytes() != trailer.digest {
             Err(FailReason::DigestMismatch)
         } else {
@@ -1036,7 +1120,11 @@ impl Receiver {
                 s.channels.remove(&channel);
                 s.ended.insert(channel);
                 self.stats.channels_complete += 1;
-                self.events.push_back(Event::ChannelComplete { channel, bytes, digest: trailer.digest });
+                self.events.push_back(Event::ChannelComplete {
+                    channel,
+                    bytes,
+                    digest: trailer.digest,
+                });
             }
             Err(reason) => self.fail_channel(channel, reason),
         }
@@ -1063,7 +1151,7 @@ fn expired(s: &mut SessionRx, now: Timestamp, repr: &DatagramRepr<'_>) -> bool {
             false
         }
         Some(min) => {
-            let age = offset.wrapping_sub(min) as i32;
+            let age = offset.wrapping_sub(min).cast_signed();
             if age < 0 {
                 s.min_offset = Some(offset);
                 false
@@ -1080,7 +1168,11 @@ fn first_lost(ch: &ChannelRx, limit: u64) -> Option<FailReason> {
     if limit <= ch.next_block {
         return None;
     }
-    let done_in_range = ch.blocks.range(ch.next_block..limit).filter(|(_, b)| b.done.is_some()).count() as u64;
+    let done_in_range = ch
+        .blocks
+        .range(ch.next_block..limit)
+        .filter(|(_, b)| b.done.is_some())
+        .count() as u64;
     let count = (limit - ch.next_block) - done_in_range;
     if count == 0 {
         return None;
@@ -1098,7 +1190,11 @@ fn first_lost(ch: &ChannelRx, limit: u64) -> Option<FailReason> {
 fn silence_reason(ch: &ChannelRx) -> FailReason {
     if ch.meta.is_none() {
         FailReason::OpenLost
-    } else if ch.trailer.is_none() && ch.all_sent_blocks_delivered() && ch.blocks.is_empty() && ch.progress > 0 {
+    } else if ch.trailer.is_none()
+        && ch.all_sent_blocks_delivered()
+        && ch.blocks.is_empty()
+        && ch.progress > 0
+    {
         FailReason::TrailerLost
     } else {
         FailReason::TimedOut

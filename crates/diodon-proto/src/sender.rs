@@ -107,10 +107,14 @@ impl SenderConfig {
         }
         let m = usize::from(self.repair.repair_for(self.block_symbols));
         if !ReedSolomon::supports(k, m) {
-            return Err(ConfigError::Inconsistent("block size and repair ratio exceed the erasure code"));
+            return Err(ConfigError::Inconsistent(
+                "block size and repair ratio exceed the erasure code",
+            ));
         }
         if self.lifetime.as_millis() > u128::from(u16::MAX) || self.lifetime.is_zero() {
-            return Err(ConfigError::Inconsistent("lifetime must be within 1 ms..=65.535 s"));
+            return Err(ConfigError::Inconsistent(
+                "lifetime must be within 1 ms..=65.535 s",
+            ));
         }
         if self.buffer_limit < 2 * self.group_bytes() {
             return Err(ConfigError::Inconsistent(
@@ -118,7 +122,9 @@ impl SenderConfig {
             ));
         }
         if self.control_copies == 0 || self.max_batch == 0 || self.beacon_interval.is_zero() {
-            return Err(ConfigError::Inconsistent("control copies, batch and beacon interval must be non-zero"));
+            return Err(ConfigError::Inconsistent(
+                "control copies, batch and beacon interval must be non-zero",
+            ));
         }
         let datagram = self.datagram_len();
         if datagram > crate::wire::MAX_DATAGRAM_LEN {
@@ -338,9 +344,14 @@ const RECENT_CHANNELS: usize = 64;
 
 impl Sender {
     /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
-    pub fn new(config: SenderConfig, session: SessionId, now: Timestamp) -> Result<Self, ConfigError> {
+    pub fn new(
+        config: SenderConfig,
+        session: SessionId,
+        now: Timestamp,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let burst = (config.max_batch * (config.datagram_len() + config.per_datagram_overhead)) as u64;
+        let burst =
+            (config.max_batch * (config.datagram_len() + config.per_datagram_overhead)) as u64;
         Ok(Sender {
             pacer: Pacer::new(config.rate, burst, now),
             config,
@@ -388,7 +399,13 @@ impl Sender {
 
     /// One line per open channel, for diagnostics.
     pub fn describe_channels(&self) -> Vec<String> {
-        let queue = format!("groups queued {} control queued {} pace_wait {:?} beacon_due {:?}", self.groups.len(), self.control.len(), self.pace_wait, self.beacon_due);
+        let queue = format!(
+            "groups queued {} control queued {} pace_wait {:?} beacon_due {:?}",
+            self.groups.len(),
+            self.control.len(),
+            self.pace_wait,
+            self.beacon_due
+        );
         std::iter::once(queue).chain(self.channels
             .iter()
             .map(|(id, c)| {
@@ -414,7 +431,8 @@ impl Sender {
     /// than a full symbol datagram (so it never fragments) and the name at
     /// most [`MAX_NAME_LEN`] bytes.
     pub fn max_name_len(&self) -> usize {
-        (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - crate::wire::OPEN_FIXED_LEN).min(MAX_NAME_LEN)
+        (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - crate::wire::OPEN_FIXED_LEN)
+            .min(MAX_NAME_LEN)
     }
 
     /// Opens a channel; its metadata goes out (repeated) before its data.
@@ -453,9 +471,18 @@ impl Sender {
 
     /// Offers bytes; returns how many were accepted (fewer than offered, maybe
     /// zero, when the buffer is full: try again after sending).
-    pub fn write(&mut self, now: Timestamp, channel: ChannelId, data: &[u8]) -> Result<usize, SendError> {
+    pub fn write(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        data: &[u8],
+    ) -> Result<usize, SendError> {
         let room = self.writable();
-        let ch = self.channels.get_mut(&channel).filter(|c| !c.finishing).ok_or(SendError::NotOpen(channel))?;
+        let ch = self
+            .channels
+            .get_mut(&channel)
+            .filter(|c| !c.finishing)
+            .ok_or(SendError::NotOpen(channel))?;
         let n = data.len().min(room);
         if n < data.len() {
             self.stats.backpressure_events += 1;
@@ -485,7 +512,11 @@ impl Sender {
 
     /// No more bytes: cut the rest, then the trailer follows the last symbol.
     pub fn finish(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
-        let ch = self.channels.get_mut(&channel).filter(|c| !c.finishing).ok_or(SendError::NotOpen(channel))?;
+        let ch = self
+            .channels
+            .get_mut(&channel)
+            .filter(|c| !c.finishing)
+            .ok_or(SendError::NotOpen(channel))?;
         ch.finishing = true;
         self.cut_groups(channel, now, true);
         self.maybe_queue_trailer(channel, now);
@@ -521,7 +552,8 @@ impl Sender {
         );
         self.remember(channel, ChannelState::Aborted, ch.blocks_sent);
         self.stats.channels_aborted += 1;
-        self.events.push_back(SenderEvent::ChannelAborted { channel });
+        self.events
+            .push_back(SenderEvent::ChannelAborted { channel });
         Ok(())
     }
 
@@ -556,7 +588,10 @@ impl Sender {
         let due: Vec<ChannelId> = self
             .channels
             .iter()
-            .filter(|(_, c)| c.pending_since.is_some_and(|s| s + self.config.flush_delay <= now))
+            .filter(|(_, c)| {
+                c.pending_since
+                    .is_some_and(|s| s + self.config.flush_delay <= now)
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in due {
@@ -607,7 +642,11 @@ impl Sender {
             out.resize(start + len, 0);
             let written = self.emit(now, next, &mut out[start..]);
             debug_assert_eq!(written, len);
-            let b = batch.get_or_insert(Batch { segment_size: len, count: 0, len: 0 });
+            let b = batch.get_or_insert(Batch {
+                segment_size: len,
+                count: 0,
+                len: 0,
+            });
             b.count += 1;
             b.len += len;
             if len < b.segment_size {
@@ -621,7 +660,11 @@ impl Sender {
         if now >= self.beacon_due {
             return Some(Next::Beacon);
         }
-        if let Some(i) = self.control.iter().position(|c| c.due_seq <= self.seq || c.due_time <= now) {
+        if let Some(i) = self
+            .control
+            .iter()
+            .position(|c| c.due_seq <= self.seq || c.due_time <= now)
+        {
             return Some(Next::Control(i));
         }
         if !self.groups.is_empty() {
@@ -659,7 +702,8 @@ impl Sender {
     }
 
     fn beacon_entries(&self) -> Vec<ChannelEntry> {
-        let room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - BEACON_FIXED_LEN) / BEACON_ENTRY_LEN;
+        let room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - BEACON_FIXED_LEN)
+            / BEACON_ENTRY_LEN;
         let open = self.channels.iter().map(|(id, c)| ChannelEntry {
             channel: *id,
             state: ChannelState::Open,
@@ -683,8 +727,14 @@ impl Sender {
                         repair_symbols: self.config.repair.repair_for(self.config.block_symbols),
                         interleave_depth: self.config.interleave_depth,
                         rate_bps: self.config.rate.bps(),
-                        delta_t_ms: self.config.delta_t.as_millis().min(u128::from(u32::MAX)) as u32,
-                        beacon_interval_ms: self.config.beacon_interval.as_millis().min(u128::from(u32::MAX)) as u32,
+                        delta_t_ms: self.config.delta_t.as_millis().min(u128::from(u32::MAX))
+                            as u32,
+                        beacon_interval_ms: self
+                            .config
+                            .beacon_interval
+                            .as_millis()
+                            .min(u128::from(u32::MAX))
+                            as u32,
                         datagrams_sent: self.stats.datagrams_sent,
                         bytes_sent: self.stats.bytes_accepted,
                         channels: self.beacon_entries(),
@@ -706,7 +756,10 @@ impl Sender {
                         Body::Trailer(*t)
                     }
                 };
-                let repr = DatagramRepr { header: self.header(now, item.channel), body };
+                let repr = DatagramRepr {
+                    header: self.header(now, item.channel),
+                    body,
+                };
                 let len = repr.emit(buf, &self.config.integrity);
                 self.control_sent(i, now);
                 len
@@ -736,7 +789,11 @@ impl Sender {
         };
         let repr = DatagramRepr {
             header,
-            body: if index < usize::from(b.k) { Body::Data(symbol) } else { Body::Repair(symbol) },
+            body: if index < usize::from(b.k) {
+                Body::Data(symbol)
+            } else {
+                Body::Repair(symbol)
+            },
         };
         let len = repr.emit(buf, &self.config.integrity);
         if index < usize::from(b.k) {
@@ -752,7 +809,9 @@ impl Sender {
     }
 
     fn group_done(&mut self, now: Timestamp) {
-        let Some(g) = self.groups.pop_front() else { return };
+        let Some(g) = self.groups.pop_front() else {
+            return;
+        };
         self.buffered -= g.source_bytes;
         if let Some(ch) = self.channels.get_mut(&g.channel) {
             ch.groups_in_flight -= 1;
@@ -762,11 +821,15 @@ impl Sender {
     }
 
     fn maybe_queue_trailer(&mut self, channel: ChannelId, now: Timestamp) {
-        let Some(ch) = self.channels.get(&channel) else { return };
+        let Some(ch) = self.channels.get(&channel) else {
+            return;
+        };
         if !ch.finishing || ch.groups_in_flight > 0 || !ch.pending.is_empty() {
             return;
         }
-        let Some(ch) = self.channels.remove(&channel) else { return };
+        let Some(ch) = self.channels.remove(&channel) else {
+            return;
+        };
         let digest = *ch.hasher.finalize().as_bytes();
         self.queue_control(
             channel,
@@ -785,7 +848,11 @@ impl Sender {
         if self.recent.len() == RECENT_CHANNELS {
             self.recent.pop_front();
         }
-        self.recent.push_back(ChannelEntry { channel, state, blocks_sent });
+        self.recent.push_back(ChannelEntry {
+            channel,
+            state,
+            blocks_sent,
+        });
     }
 
     fn queue_control(&mut self, channel: ChannelId, body: ControlBody, _now: Timestamp) {
@@ -808,7 +875,9 @@ impl Sender {
             item.due_time = now + interval;
             return;
         }
-        let Some(item) = self.control.remove(i) else { return };
+        let Some(item) = self.control.remove(i) else {
+            return;
+        };
         if let ControlBody::Trailer(t) = item.body {
             if t.status == TrailerStatus::Complete {
                 self.stats.channels_sent += 1;
@@ -828,7 +897,9 @@ impl Sender {
         let depth = usize::from(self.config.interleave_depth);
         let group_bytes = block_bytes * depth;
         loop {
-            let Some(ch) = self.channels.get_mut(&channel) else { return };
+            let Some(ch) = self.channels.get_mut(&channel) else {
+                return;
+            };
             let pending = ch.pending.len();
             if pending == 0 || (pending < group_bytes && !flush) {
                 break;
@@ -846,9 +917,18 @@ impl Sender {
             ch.groups_in_flight += 1;
             let mut blocks = Vec::with_capacity(n_blocks);
             for (pos, chunk) in bytes.chunks(block_bytes).enumerate() {
-                blocks.push(self.encode_block(first_block + pos as u64, pos as u8, n_blocks as u8, chunk));
+                blocks.push(self.encode_block(
+                    first_block + pos as u64,
+                    pos as u8,
+                    n_blocks as u8,
+                    chunk,
+                ));
             }
-            let rounds = blocks.iter().map(EncodedBlock::symbol_count).max().unwrap_or(0);
+            let rounds = blocks
+                .iter()
+                .map(EncodedBlock::symbol_count)
+                .max()
+                .unwrap_or(0);
             self.stats.blocks += n_blocks as u64;
             self.groups.push_back(Group {
                 channel,
@@ -861,12 +941,26 @@ impl Sender {
         }
     }
 
-    fn encode_block(&mut self, block: u64, group_pos: u8, group_len: u8, bytes: &[u8]) -> EncodedBlock {
+    fn encode_block(
+        &mut self,
+        block: u64,
+        group_pos: u8,
+        group_len: u8,
+        bytes: &[u8],
+    ) -> EncodedBlock {
         let s = self.config.symbol_size.get();
         let k = bytes.len().div_ceil(s);
-        let shard_len = if k == 1 { bytes.len().next_multiple_of(2) } else { s };
+        let shard_len = if k == 1 {
+            bytes.len().next_multiple_of(2)
+        } else {
+            s
+        };
         let tail_len = bytes.len() - (k - 1) * shard_len;
-        let m = usize::from(self.config.repair.repair_for_short(k as u16, self.config.block_symbols));
+        let m = usize::from(
+            self.config
+                .repair
+                .repair_for_short(k as u16, self.config.block_symbols),
+        );
         let mut data = vec![0u8; k * shard_len];
         data[..bytes.len()].copy_from_slice(bytes);
         let mut repair = vec![0u8; m * shard_len];
@@ -875,7 +969,17 @@ impl Sender {
             // bug, and sending no repair keeps the data correct.
             debug_assert!(false, "FEC encode failed: {e}");
             repair.clear();
-            return EncodedBlock { block, k: k as u16, m: 0, shard_len, tail_len: tail_len as u16, group_pos, group_len, data, repair };
+            return EncodedBlock {
+                block,
+                k: k as u16,
+                m: 0,
+                shard_len,
+                tail_len: tail_len as u16,
+                group_pos,
+                group_len,
+                data,
+                repair,
+            };
         }
         EncodedBlock {
             block,

@@ -52,6 +52,7 @@ impl Timestamp {
     }
 
     /// `self + d`, saturating at [`Timestamp::MAX`].
+    #[must_use]
     pub fn saturating_add(self, d: Duration) -> Timestamp {
         let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         Timestamp(self.0.saturating_add(nanos))

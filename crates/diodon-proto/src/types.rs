@@ -85,7 +85,7 @@ pub struct SymbolSize(u16);
 impl SymbolSize {
     /// Checks `bytes`.
     pub fn new(bytes: usize) -> Result<Self, ConfigError> {
-        if !(16..=65_000).contains(&bytes) || bytes % 2 != 0 {
+        if !(16..=65_000).contains(&bytes) || !bytes.is_multiple_of(2) {
             return Err(ConfigError::SymbolSize(bytes));
         }
         Ok(SymbolSize(bytes as u16))
@@ -95,7 +95,8 @@ impl SymbolSize {
     /// fragmentation: MTU − IP/UDP headers − our header − tag, rounded down
     /// to even.
     pub fn for_mtu(mtu: usize, ip: IpVersion, tag_len: usize) -> Result<Self, ConfigError> {
-        let overhead = ip.overhead() + crate::wire::HEADER_LEN + crate::wire::SYMBOL_HEADER_LEN + tag_len;
+        let overhead =
+            ip.overhead() + crate::wire::HEADER_LEN + crate::wire::SYMBOL_HEADER_LEN + tag_len;
         let room = mtu.checked_sub(overhead).ok_or(ConfigError::Mtu(mtu))?;
         Self::new(room & !1).map_err(|_| ConfigError::Mtu(mtu))
     }
@@ -140,9 +141,13 @@ impl std::str::FromStr for Rate {
         if t == "0" || t == "unlimited" || t == "max" {
             return Ok(Rate::UNLIMITED);
         }
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let value: f64 = num.parse().map_err(|_| ConfigError::Rate(text.to_owned()))?;
+        let value: f64 = num
+            .parse()
+            .map_err(|_| ConfigError::Rate(text.to_owned()))?;
         let scale = match unit.trim() {
             "" | "bit" | "bps" => 1.0,
             "k" | "kbit" | "kbps" => 1e3,
@@ -151,7 +156,7 @@ impl std::str::FromStr for Rate {
             _ => return Err(ConfigError::Rate(text.to_owned())),
         };
         let bps = value * scale;
-        if !bps.is_finite() || bps < 1.0 || bps > 1e13 {
+        if !(1.0..=1e13).contains(&bps) {
             return Err(ConfigError::Rate(text.to_owned()));
         }
         Ok(Rate(bps.round() as u64))
@@ -190,7 +195,9 @@ impl RepairRatio {
     /// 1-byte file at 10 % repair over 64-symbol blocks gets 4 repair symbols.
     pub fn repair_for_short(self, k: u16, k_full: u16) -> u16 {
         let full = self.repair_for(k_full);
-        self.repair_for(k).max(full.div_ceil(2)).min(full.max(self.repair_for(k)))
+        self.repair_for(k)
+            .max(full.div_ceil(2))
+            .min(full.max(self.repair_for(k)))
     }
 }
 
@@ -201,9 +208,18 @@ mod tests {
     #[test]
     fn symbol_size_for_mtu_never_fragments() {
         // 1500 − 28 − 32 − 18 − 4 = 1418
-        assert_eq!(SymbolSize::for_mtu(1500, IpVersion::V4, 4).unwrap().get(), 1418);
-        assert_eq!(SymbolSize::for_mtu(1500, IpVersion::V6, 4).unwrap().get(), 1398);
-        assert_eq!(SymbolSize::for_mtu(9000, IpVersion::V4, 16).unwrap().get(), 8906);
+        assert_eq!(
+            SymbolSize::for_mtu(1500, IpVersion::V4, 4).unwrap().get(),
+            1418
+        );
+        assert_eq!(
+            SymbolSize::for_mtu(1500, IpVersion::V6, 4).unwrap().get(),
+            1398
+        );
+        assert_eq!(
+            SymbolSize::for_mtu(9000, IpVersion::V4, 16).unwrap().get(),
+            8906
+        );
         assert!(SymbolSize::for_mtu(60, IpVersion::V4, 4).is_err());
         assert!(SymbolSize::new(1001).is_err());
     }

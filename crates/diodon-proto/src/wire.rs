@@ -83,7 +83,9 @@ pub enum WireError {
     #[error("undefined flag bits {0:#06x}")]
     BadFlags(u16),
     /// The tag is keyed but no key is configured, or the reverse.
-    #[error("integrity mode mismatch: datagram keyed={datagram_keyed}, receiver keyed={receiver_keyed}")]
+    #[error(
+        "integrity mode mismatch: datagram keyed={datagram_keyed}, receiver keyed={receiver_keyed}"
+    )]
     IntegrityMismatch {
         /// The datagram carries a MAC.
         datagram_keyed: bool,
@@ -188,7 +190,9 @@ impl Integrity {
     fn seal(&self, datagram: &mut [u8], covered: usize) {
         let (content, tag) = datagram.split_at_mut(covered);
         match self {
-            Self::Crc32c => tag[..CRC_TAG_LEN].copy_from_slice(&crc32c::crc32c(content).to_be_bytes()),
+            Self::Crc32c => {
+                tag[..CRC_TAG_LEN].copy_from_slice(&crc32c::crc32c(content).to_be_bytes());
+            }
             Self::Keyed(key) => {
                 let mac = blake3::keyed_hash(key, content);
                 tag[..MAC_TAG_LEN].copy_from_slice(&mac.as_bytes()[..MAC_TAG_LEN]);
@@ -249,7 +253,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn check_len(&self) -> Result<(), WireError> {
         let b = self.buffer.as_ref();
         if b.len() < HEADER_LEN {
-            return Err(WireError::BadLength { expected: HEADER_LEN, got: b.len() });
+            return Err(WireError::BadLength {
+                expected: HEADER_LEN,
+                got: b.len(),
+            });
         }
         if b[field::VERSION] != VERSION {
             return Err(WireError::BadVersion(b[field::VERSION]));
@@ -260,7 +267,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
         let expected = HEADER_LEN + self.body_len() + self.tag_len();
         if b.len() != expected {
-            return Err(WireError::BadLength { expected, got: b.len() });
+            return Err(WireError::BadLength {
+                expected,
+                got: b.len(),
+            });
         }
         Ok(())
     }
@@ -384,7 +394,10 @@ pub struct SymbolRepr<'a> {
 
 impl<'a> SymbolRepr<'a> {
     fn parse(kind: DatagramType, body: &'a [u8]) -> Result<Self, WireError> {
-        let bad = |what| WireError::Malformed { kind: kind.name(), what };
+        let bad = |what| WireError::Malformed {
+            kind: kind.name(),
+            what,
+        };
         if body.len() < SYMBOL_HEADER_LEN {
             return Err(bad("shorter than the symbol header"));
         }
@@ -426,7 +439,7 @@ impl<'a> SymbolRepr<'a> {
                 return Err(bad("last source symbol length differs from tail length"));
             }
         } else {
-            if s.payload.is_empty() || s.payload.len() % 2 != 0 {
+            if s.payload.is_empty() || !s.payload.len().is_multiple_of(2) {
                 return Err(bad("shard length must be even and non-zero"));
             }
             if s.payload.len() < usize::from(s.tail_len) {
@@ -514,7 +527,10 @@ pub struct BeaconRepr {
 
 impl BeaconRepr {
     fn parse(body: &[u8]) -> Result<Self, WireError> {
-        let bad = |what| WireError::Malformed { kind: "beacon", what };
+        let bad = |what| WireError::Malformed {
+            kind: "beacon",
+            what,
+        };
         if body.len() < BEACON_FIXED_LEN {
             return Err(bad("shorter than the fixed part"));
         }
@@ -553,7 +569,7 @@ impl BeaconRepr {
         if body[15] != 0 {
             return Err(bad("reserved byte is not zero"));
         }
-        if beacon.symbol_size == 0 || beacon.symbol_size % 2 != 0 {
+        if beacon.symbol_size == 0 || !beacon.symbol_size.is_multiple_of(2) {
             return Err(bad("symbol size must be even and non-zero"));
         }
         if beacon.block_symbols == 0 || beacon.interleave_depth == 0 {
@@ -643,7 +659,10 @@ impl ChannelMeta {
     }
 
     fn parse(body: &[u8]) -> Result<Self, WireError> {
-        let bad = |what| WireError::Malformed { kind: "channel-open", what };
+        let bad = |what| WireError::Malformed {
+            kind: "channel-open",
+            what,
+        };
         if body.len() < OPEN_FIXED_LEN {
             return Err(bad("shorter than the fixed part"));
         }
@@ -673,7 +692,7 @@ impl ChannelMeta {
             kind,
             size: (flags & 1 != 0).then_some(size),
             mode: be_u32(body, 12),
-            mtime_sec: be_u64(body, 16) as i64,
+            mtime_sec: be_u64(body, 16).cast_signed(),
             mtime_nsec,
             name,
         })
@@ -723,7 +742,10 @@ pub const DIGEST_BLAKE3: u8 = 1;
 
 impl TrailerRepr {
     fn parse(body: &[u8]) -> Result<Self, WireError> {
-        let bad = |what| WireError::Malformed { kind: "channel-trailer", what };
+        let bad = |what| WireError::Malformed {
+            kind: "channel-trailer",
+            what,
+        };
         if body.len() != TRAILER_LEN {
             return Err(bad("wrong length"));
         }
@@ -737,7 +759,12 @@ impl TrailerRepr {
         }
         let mut digest = [0u8; 32];
         digest.copy_from_slice(&body[18..50]);
-        Ok(TrailerRepr { total_len: be_u64(body, 0), total_blocks: be_u64(body, 8), status, digest })
+        Ok(TrailerRepr {
+            total_len: be_u64(body, 0),
+            total_blocks: be_u64(body, 8),
+            status,
+            digest,
+        })
     }
 
     fn emit(&self, b: &mut [u8]) {
@@ -810,7 +837,10 @@ impl<'a> DatagramRepr<'a> {
             DatagramType::ChannelTrailer => Body::Trailer(TrailerRepr::parse(body_bytes)?),
         };
         if kind == DatagramType::Beacon && packet.channel_id().0 != 0 {
-            return Err(WireError::Malformed { kind: "beacon", what: "channel id is not zero" });
+            return Err(WireError::Malformed {
+                kind: "beacon",
+                what: "channel id is not zero",
+            });
         }
         Ok(DatagramRepr {
             header: Header {

@@ -7,7 +7,7 @@ mod common;
 
 use common::oracle::Oracle;
 use common::{payload, Transfer};
-use diodon_proto::{RepairRatio, ReceiverConfig, SenderConfig};
+use diodon_proto::{ReceiverConfig, RepairRatio, SenderConfig};
 use diodon_sim::{Bernoulli, Link, Seed, SeedReport};
 use std::time::Duration;
 
@@ -20,16 +20,32 @@ fn trials(name: &str, repair: u32, loss: f64, seed: &Seed) -> (u64, u64) {
     let data = vec![payload(seed.0, SIZE)];
     let (mut complete, mut deliverable) = (0, 0);
     for trial in 0..TRIALS {
-        let scfg = SenderConfig { repair: RepairRatio::percent(repair).unwrap(), ..SenderConfig::default() };
+        let scfg = SenderConfig {
+            repair: RepairRatio::percent(repair).unwrap(),
+            ..SenderConfig::default()
+        };
         let (oracle, tally) = Oracle::new(scfg.integrity.clone());
-        let mut link = Link::new().with(Bernoulli::new(loss, seed.derive(trial))).with(oracle);
-        let mut t = Transfer::new(scfg, ReceiverConfig::default(), seed.derive(trial).0 | 1, &data);
+        let mut link = Link::new()
+            .with(Bernoulli::new(loss, seed.derive(trial)))
+            .with(oracle);
+        let mut t = Transfer::new(
+            scfg,
+            ReceiverConfig::default(),
+            seed.derive(trial).0 | 1,
+            &data,
+        );
         t.run(&mut link, Duration::from_secs(30));
         let id = t.channels[0].0;
         let ok = t.out.complete.get(&id).is_some_and(|got| *got == data[0]);
-        assert!(ok || t.out.failed.contains_key(&id), "{name}: trial {trial} has no verdict");
+        assert!(
+            ok || t.out.failed.contains_key(&id),
+            "{name}: trial {trial} has no verdict"
+        );
         let could = tally.borrow().deliverable(id);
-        assert_eq!(ok, could, "{name}: trial {trial}: receiver verdict {ok} but the oracle says {could}");
+        assert_eq!(
+            ok, could,
+            "{name}: trial {trial}: receiver verdict {ok} but the oracle says {could}"
+        );
         complete += u64::from(ok);
         deliverable += u64::from(could);
     }
@@ -50,7 +66,10 @@ fn cfr_without_repair_is_reported_exactly() {
     let (complete, deliverable) = trials("cfr_repair_0", 0, 0.01, &seed);
     assert_eq!(complete, deliverable);
     // 1 MB is ~710 datagrams: at 1 % loss almost every trial loses one.
-    assert!(complete < TRIALS / 10, "without repair most channels must fail, got {complete}");
+    assert!(
+        complete < TRIALS / 10,
+        "without repair most channels must fail, got {complete}"
+    );
 }
 
 #[test]

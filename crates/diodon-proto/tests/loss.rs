@@ -14,10 +14,14 @@ use std::time::Duration;
 /// Twenty channels of mixed sizes, 1 B … 2 MB (≈ 8.6 MB in all).
 fn mix(seed: u64) -> Vec<Vec<u8>> {
     let sizes = [
-        1usize, 100, 1_000, 1_417, 1_418, 4_000, 10_000, 50_000, 90_749, 100_000, 200_000, 333_333, 500_000,
-        700_000, 1_000_000, 1_000_001, 1_048_576, 1_200_000, 1_500_000, 2_000_000,
+        1usize, 100, 1_000, 1_417, 1_418, 4_000, 10_000, 50_000, 90_749, 100_000, 200_000, 333_333,
+        500_000, 700_000, 1_000_000, 1_000_001, 1_048_576, 1_200_000, 1_500_000, 2_000_000,
     ];
-    sizes.iter().enumerate().map(|(i, n)| payload(seed ^ (i as u64 * 7919), *n)).collect()
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| payload(seed ^ (i as u64 * 7919), *n))
+        .collect()
 }
 
 fn config(repair: u32, depth: u8) -> SenderConfig {
@@ -32,7 +36,14 @@ fn config(repair: u32, depth: u8) -> SenderConfig {
 /// Runs the mix over `link` (with the oracle appended) and checks: every
 /// channel the oracle says was deliverable completed byte-identical, every
 /// other one failed with a reason consistent with what was lost.
-fn check(name: &str, seed: &Seed, scfg: SenderConfig, link: Link, expect_all: bool, min_missing: Option<u64>) -> (usize, usize) {
+fn check(
+    name: &str,
+    seed: &Seed,
+    scfg: SenderConfig,
+    link: Link,
+    expect_all: bool,
+    min_missing: Option<u64>,
+) -> (usize, usize) {
     let _report = SeedReport::new(name, seed);
     let payloads = mix(seed.0);
     let (oracle, tally) = Oracle::new(scfg.integrity.clone());
@@ -43,16 +54,27 @@ fn check(name: &str, seed: &Seed, scfg: SenderConfig, link: Link, expect_all: bo
     for ((id, _, _), p) in t.channels.iter().zip(&payloads) {
         if let Some(got) = t.out.complete.get(id) {
             assert!(got == p, "{name}: channel {id} completed with wrong bytes");
-            assert!(tally.deliverable(*id), "{name}: channel {id} completed but the oracle says it could not");
+            assert!(
+                tally.deliverable(*id),
+                "{name}: channel {id} completed but the oracle says it could not"
+            );
         } else {
-            let reason = t.out.failed.get(id).unwrap_or_else(|| panic!("{name}: channel {id} has no verdict"));
-            assert!(!tally.deliverable(*id), "{name}: channel {id} failed ({reason}) although everything arrived");
+            let reason = t
+                .out
+                .failed
+                .get(id)
+                .unwrap_or_else(|| panic!("{name}: channel {id} has no verdict"));
+            assert!(
+                !tally.deliverable(*id),
+                "{name}: channel {id} failed ({reason}) although everything arrived"
+            );
             let c = id.0;
             let consistent = match reason {
                 // The named block really had fewer than k symbols arrive.
-                FailReason::BlockLost { block, .. } => {
-                    tally.blocks.get(&(c, *block)).is_none_or(|(k, got)| got.len() < usize::from(*k))
-                }
+                FailReason::BlockLost { block, .. } => tally
+                    .blocks
+                    .get(&(c, *block))
+                    .is_none_or(|(k, got)| got.len() < usize::from(*k)),
                 FailReason::OpenLost => !tally.opens.contains(&c),
                 FailReason::TrailerLost => !tally.trailers.contains_key(&c),
                 // Silence with data missing: only when the trailer (which
@@ -60,16 +82,27 @@ fn check(name: &str, seed: &Seed, scfg: SenderConfig, link: Link, expect_all: bo
                 FailReason::TimedOut => !tally.trailers.contains_key(&c),
                 _ => false,
             };
-            assert!(consistent, "{name}: channel {id} failed for a reason the link does not explain: {reason}");
+            assert!(
+                consistent,
+                "{name}: channel {id} failed for a reason the link does not explain: {reason}"
+            );
         }
     }
     let complete = t.out.complete.len();
     let stats = t.receiver.stats();
     if let Some(min) = min_missing {
-        assert!(stats.missing >= min, "{name}: the link should have lost at least {min} datagrams");
+        assert!(
+            stats.missing >= min,
+            "{name}: the link should have lost at least {min} datagrams"
+        );
     }
     if expect_all {
-        assert_eq!(complete, payloads.len(), "{name}: {:?} stats {stats:?}", t.out.failed);
+        assert_eq!(
+            complete,
+            payloads.len(),
+            "{name}: {:?} stats {stats:?}",
+            t.out.failed
+        );
     }
     assert_eq!(stats.channels_complete as usize, complete);
     assert_eq!(stats.channels_failed as usize, t.out.failed.len());
@@ -116,7 +149,14 @@ fn gilbert_elliott_bursts_spread_by_interleaving() {
     // 16 spreads a burst over 16 blocks.
     let seed = Seed::from_env_or(5);
     let link = Link::new().with(GilbertElliott::with_mean_burst(0.01, 8.0, seed.derive(1)));
-    check("gilbert_elliott", &seed, config(25, 16), link, true, Some(20));
+    check(
+        "gilbert_elliott",
+        &seed,
+        config(25, 16),
+        link,
+        true,
+        Some(20),
+    );
 }
 
 #[test]
@@ -127,7 +167,14 @@ fn receive_buffer_overflow_bursts() {
     // socket-buffer failure of the packet-loss thesis, §6.5).
     let seed = Seed::from_env_or(6);
     let link = Link::new().with(TailDropBuffer::new(64 << 10, 930_000_000));
-    let (complete, total) = check("buffer_overflow", &seed, config(25, 8), link, true, Some(300));
+    let (complete, total) = check(
+        "buffer_overflow",
+        &seed,
+        config(25, 8),
+        link,
+        true,
+        Some(300),
+    );
     assert_eq!(complete, total);
 }
 
@@ -137,8 +184,18 @@ fn beyond_the_budget_only_hit_channels_fail() {
     // BlockLost; every verdict equals the oracle's.
     let seed = Seed::from_env_or(7);
     let link = Link::new().with(Bernoulli::new(0.20, seed.derive(1)));
-    let (complete, total) = check("beyond_budget", &seed, config(10, 4), link, false, Some(1000));
-    assert!(complete < total, "20 % loss with 10 % repair cannot complete everything");
+    let (complete, total) = check(
+        "beyond_budget",
+        &seed,
+        config(10, 4),
+        link,
+        false,
+        Some(1000),
+    );
+    assert!(
+        complete < total,
+        "20 % loss with 10 % repair cannot complete everything"
+    );
 }
 
 #[test]
@@ -148,5 +205,8 @@ fn bursts_beyond_interleave_fail_narrowly() {
     let seed = Seed::from_env_or(9);
     let link = Link::new().with(GilbertElliott::with_mean_burst(0.05, 50.0, seed.derive(1)));
     let (complete, total) = check("long_bursts", &seed, config(10, 1), link, false, Some(100));
-    assert!(complete < total && complete > 0, "bursts should hit some channels and spare others");
+    assert!(
+        complete < total && complete > 0,
+        "bursts should hit some channels and spare others"
+    );
 }

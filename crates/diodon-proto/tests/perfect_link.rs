@@ -7,13 +7,38 @@ use std::time::Duration;
 
 #[test]
 fn files_of_every_shape_arrive_intact() {
-    let sizes = [0usize, 1, 2, 3, 1417, 1418, 1419, 64 * 1418, 64 * 1418 + 1, 1_000_000, 3_000_001];
-    let payloads: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, n)| payload(i as u64, *n)).collect();
-    let mut t = Transfer::new(SenderConfig::default(), ReceiverConfig::default(), 7, &payloads);
+    let sizes = [
+        0usize,
+        1,
+        2,
+        3,
+        1417,
+        1418,
+        1419,
+        64 * 1418,
+        64 * 1418 + 1,
+        1_000_000,
+        3_000_001,
+    ];
+    let payloads: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| payload(i as u64, *n))
+        .collect();
+    let mut t = Transfer::new(
+        SenderConfig::default(),
+        ReceiverConfig::default(),
+        7,
+        &payloads,
+    );
     t.run(&mut PerfectLink::default(), Duration::from_secs(30));
     assert!(t.out.failed.is_empty(), "failed: {:?}", t.out.failed);
     for ((id, _, _), p) in t.channels.iter().zip(&payloads) {
-        assert_eq!(t.out.complete.get(id).map(Vec::len), Some(p.len()), "channel {id}");
+        assert_eq!(
+            t.out.complete.get(id).map(Vec::len),
+            Some(p.len()),
+            "channel {id}"
+        );
         assert!(t.out.complete[id] == *p, "channel {id} differs");
     }
     let stats = t.receiver.stats();

@@ -8,8 +8,8 @@ use common::oracle::Oracle;
 use common::{payload, PerfectLink, Transfer};
 use diodon_proto::wire::{parse_datagram, ChannelMeta, Integrity};
 use diodon_proto::{
-    ChannelId, Event, FailReason, Mismatch, Rate, Receiver, ReceiverConfig, RepairRatio, Sender, SenderConfig,
-    SessionId, Timestamp,
+    ChannelId, Event, FailReason, Mismatch, Rate, Receiver, ReceiverConfig, RepairRatio, Sender,
+    SenderConfig, SessionId, Timestamp,
 };
 use diodon_sim::{Corrupt, Duplicate, Link, Reorder, Seed, SeedReport};
 use rand::{Rng, SeedableRng};
@@ -28,7 +28,9 @@ fn accounting_holds(r: &Receiver) {
 fn reordering_duplication_and_corruption_never_yield_wrong_bytes() {
     let seed = Seed::from_env_or(21);
     let _report = SeedReport::new("reorder_dup_corrupt", &seed);
-    let payloads: Vec<Vec<u8>> = (0..8).map(|i| payload(seed.0 + i, 150_000 * (i as usize + 1))).collect();
+    let payloads: Vec<Vec<u8>> = (0..8)
+        .map(|i| payload(seed.0 + i, 150_000 * (i as usize + 1)))
+        .collect();
     let scfg = SenderConfig {
         repair: RepairRatio::percent(25).unwrap(),
         rate: Rate::bits_per_sec(1_000_000_000),
@@ -36,19 +38,30 @@ fn reordering_duplication_and_corruption_never_yield_wrong_bytes() {
     };
     let (oracle, tally) = Oracle::new(scfg.integrity.clone());
     let mut link = Link::new()
-        .with(Reorder::new(0.10, Duration::from_millis(20), seed.derive(1)))
+        .with(Reorder::new(
+            0.10,
+            Duration::from_millis(20),
+            seed.derive(1),
+        ))
         .with(Duplicate::new(0.05, seed.derive(2)))
         .with(Corrupt::new(0.02, seed.derive(3)).truncate_probability(0.3))
         .with(oracle);
     let mut t = Transfer::new(scfg, ReceiverConfig::default(), 99, &payloads);
     t.run(&mut link, Duration::from_secs(30));
     for ((id, _, _), p) in t.channels.iter().zip(&payloads) {
-        assert!(t.out.complete.get(id) == Some(p), "channel {id}: {:?}", t.out.failed.get(id));
+        assert!(
+            t.out.complete.get(id) == Some(p),
+            "channel {id}: {:?}",
+            t.out.failed.get(id)
+        );
         assert!(tally.borrow().deliverable(*id));
     }
     let s = t.receiver.stats();
     assert!(s.duplicates > 0, "the link duplicated datagrams: {s:?}");
-    assert!(s.bad_check + s.bad_length > 0, "the link corrupted datagrams: {s:?}");
+    assert!(
+        s.bad_check + s.bad_length > 0,
+        "the link corrupted datagrams: {s:?}"
+    );
     accounting_holds(&t.receiver);
 }
 
@@ -56,12 +69,20 @@ fn reordering_duplication_and_corruption_never_yield_wrong_bytes() {
 fn heavy_corruption_without_repair_fails_channels_but_never_completes_wrong_bytes() {
     let seed = Seed::from_env_or(22);
     let _report = SeedReport::new("heavy_corruption", &seed);
-    let payloads: Vec<Vec<u8>> = (0..10).map(|i| payload(seed.0 + i, 40_000 * (i as usize + 1))).collect();
-    let scfg = SenderConfig { repair: RepairRatio::percent(0).unwrap(), ..SenderConfig::default() };
+    let payloads: Vec<Vec<u8>> = (0..10)
+        .map(|i| payload(seed.0 + i, 40_000 * (i as usize + 1)))
+        .collect();
+    let scfg = SenderConfig {
+        repair: RepairRatio::percent(0).unwrap(),
+        ..SenderConfig::default()
+    };
     let mut link = Link::new().with(Corrupt::new(0.05, seed.derive(1)));
     let mut t = Transfer::new(scfg, ReceiverConfig::default(), 5, &payloads);
     t.run(&mut link, Duration::from_secs(30));
-    assert!(!t.out.failed.is_empty(), "5 % corruption without repair must fail some channel");
+    assert!(
+        !t.out.failed.is_empty(),
+        "5 % corruption without repair must fail some channel"
+    );
     for ((id, _, _), p) in t.channels.iter().zip(&payloads) {
         if let Some(got) = t.out.complete.get(id) {
             assert!(got == p, "channel {id} completed with wrong bytes");
@@ -82,10 +103,20 @@ fn drain(sender: &mut Sender, now: Timestamp) -> Vec<Vec<u8>> {
     out
 }
 
-fn sender_with(session: u64, data: &[u8], now: Timestamp, integrity: Integrity) -> (Sender, ChannelId) {
-    let cfg = SenderConfig { integrity, ..SenderConfig::default() };
+fn sender_with(
+    session: u64,
+    data: &[u8],
+    now: Timestamp,
+    integrity: Integrity,
+) -> (Sender, ChannelId) {
+    let cfg = SenderConfig {
+        integrity,
+        ..SenderConfig::default()
+    };
     let mut s = Sender::new(cfg, SessionId(session), now).unwrap();
-    let ch = s.open_channel(ChannelMeta::file("same-name", data.len() as u64)).unwrap();
+    let ch = s
+        .open_channel(ChannelMeta::file("same-name", data.len() as u64))
+        .unwrap();
     let n = s.write(now, ch, data).unwrap();
     assert_eq!(n, data.len());
     s.finish(now, ch).unwrap();
@@ -99,7 +130,10 @@ fn sender_restart_never_mixes_sessions() {
     let b = payload(2, 500_000);
     let (mut sa, ch_a) = sender_with(0xAAAA, &a, now, Integrity::Crc32c);
     let (mut sb, ch_b) = sender_with(0xBBBB, &b, now, Integrity::Crc32c);
-    assert_eq!(ch_a, ch_b, "both sessions use channel 1: only the session id tells them apart");
+    assert_eq!(
+        ch_a, ch_b,
+        "both sessions use channel 1: only the session id tells them apart"
+    );
     let da = drain(&mut sa, now);
     let db = drain(&mut sb, now);
     let mut r = Receiver::new(ReceiverConfig::default(), now);
@@ -114,11 +148,27 @@ fn sender_restart_never_mixes_sessions() {
     r.handle_datagram(now, &da[da.len() / 2 + 1]);
     let events: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
     let position = |wanted: &dyn Fn(&Event) -> bool| events.iter().position(|e| wanted(e));
-    let failed_a = position(&|e| *e == Event::ChannelFailed { channel: ch_a, reason: FailReason::SenderRestarted });
-    let restarted = position(&|e| *e == Event::SessionRestarted { old: SessionId(0xAAAA), new: SessionId(0xBBBB) });
+    let failed_a = position(&|e| {
+        *e == Event::ChannelFailed {
+            channel: ch_a,
+            reason: FailReason::SenderRestarted,
+        }
+    });
+    let restarted = position(&|e| {
+        *e == Event::SessionRestarted {
+            old: SessionId(0xAAAA),
+            new: SessionId(0xBBBB),
+        }
+    });
     let complete = position(&|e| matches!(e, Event::ChannelComplete { .. }));
-    assert!(failed_a.is_some() && restarted.is_some() && complete.is_some(), "{events:?}");
-    assert!(failed_a < restarted && restarted < complete, "order: fail old, restart, complete new");
+    assert!(
+        failed_a.is_some() && restarted.is_some() && complete.is_some(),
+        "{events:?}"
+    );
+    assert!(
+        failed_a < restarted && restarted < complete,
+        "order: fail old, restart, complete new"
+    );
     // Bytes delivered after the restart are exactly B's, from offset 0.
     let after: Vec<u8> = events[restarted.unwrap_or(0)..]
         .iter()
@@ -129,8 +179,16 @@ fn sender_restart_never_mixes_sessions() {
         .flatten()
         .copied()
         .collect();
-    assert!(after == b, "session B delivered {} bytes, not B's", after.len());
-    assert_eq!(r.stats().stale_session, 1, "the late datagram of A is stale");
+    assert!(
+        after == b,
+        "session B delivered {} bytes, not B's",
+        after.len()
+    );
+    assert_eq!(
+        r.stats().stale_session,
+        1,
+        "the late datagram of A is stale"
+    );
     accounting_holds(&r);
 }
 
@@ -182,7 +240,13 @@ fn forged_datagrams_fail_the_mac_and_mode_mismatch_is_reported() {
     let data = payload(4, 100_000);
     let (mut good, _) = sender_with(1, &data, now, Integrity::Keyed(key));
     let (mut forger, _) = sender_with(1, &payload(5, 100_000), now, Integrity::Keyed([8u8; 32]));
-    let mut r = Receiver::new(ReceiverConfig { integrity: Integrity::Keyed(key), ..ReceiverConfig::default() }, now);
+    let mut r = Receiver::new(
+        ReceiverConfig {
+            integrity: Integrity::Keyed(key),
+            ..ReceiverConfig::default()
+        },
+        now,
+    );
     let forged = drain(&mut forger, now);
     for d in &forged {
         r.handle_datagram(now, d);
@@ -200,10 +264,19 @@ fn forged_datagrams_fail_the_mac_and_mode_mismatch_is_reported() {
     }
     assert_eq!(plain.stats().integrity_mismatch, forged.len() as u64);
     let mismatches: Vec<Event> = std::iter::from_fn(|| plain.poll_event()).collect();
-    assert_eq!(mismatches, vec![Event::ConfigMismatch(Mismatch::Integrity { datagram_keyed: true })]);
+    assert_eq!(
+        mismatches,
+        vec![Event::ConfigMismatch(Mismatch::Integrity {
+            datagram_keyed: true
+        })]
+    );
     // The MAC covers the session id: replaying good datagrams under another
     // session id is impossible without the key.
-    let d = drain(&mut sender_with(9, &data, now, Integrity::Keyed(key)).0, now).remove(0);
+    let d = drain(
+        &mut sender_with(9, &data, now, Integrity::Keyed(key)).0,
+        now,
+    )
+    .remove(0);
     let mut tampered = d.clone();
     tampered[4] ^= 0xFF;
     assert!(parse_datagram(&tampered, &Integrity::Keyed(key)).is_err());
@@ -214,7 +287,13 @@ fn replayed_datagrams_are_duplicates() {
     let now = Timestamp::from_millis(1);
     let (mut s, _) = sender_with(3, &payload(6, 50_000), now, Integrity::Keyed([1; 32]));
     let d = drain(&mut s, now);
-    let mut r = Receiver::new(ReceiverConfig { integrity: Integrity::Keyed([1; 32]), ..ReceiverConfig::default() }, now);
+    let mut r = Receiver::new(
+        ReceiverConfig {
+            integrity: Integrity::Keyed([1; 32]),
+            ..ReceiverConfig::default()
+        },
+        now,
+    );
     for x in &d {
         r.handle_datagram(now, x);
     }
@@ -231,8 +310,14 @@ fn replayed_datagrams_are_duplicates() {
 #[test]
 fn perfect_link_sanity_with_keyed_mode() {
     let payloads = vec![payload(8, 300_000)];
-    let scfg = SenderConfig { integrity: Integrity::Keyed([3; 32]), ..SenderConfig::default() };
-    let rcfg = ReceiverConfig { integrity: Integrity::Keyed([3; 32]), ..ReceiverConfig::default() };
+    let scfg = SenderConfig {
+        integrity: Integrity::Keyed([3; 32]),
+        ..SenderConfig::default()
+    };
+    let rcfg = ReceiverConfig {
+        integrity: Integrity::Keyed([3; 32]),
+        ..ReceiverConfig::default()
+    };
     let mut t = Transfer::new(scfg, rcfg, 4, &payloads);
     t.run(&mut PerfectLink::default(), Duration::from_secs(10));
     assert_eq!(t.out.complete.values().next(), Some(&payloads[0]));

@@ -7,15 +7,24 @@ mod common;
 
 use common::payload;
 use diodon_proto::wire::{ChannelMeta, Integrity};
-use diodon_proto::{Event, FailReason, Receiver, ReceiverConfig, RepairRatio, Sender, SenderConfig, SessionId, Timestamp};
+use diodon_proto::{
+    Event, FailReason, Receiver, ReceiverConfig, RepairRatio, Sender, SenderConfig, SessionId,
+    Timestamp,
+};
 use std::time::Duration;
 
 const NS: Duration = Duration::from_nanos(1);
 
 fn datagrams(session: u64, data: &[u8], now: Timestamp, finish: bool) -> Vec<Vec<u8>> {
-    let cfg = SenderConfig { repair: RepairRatio::percent(0).unwrap(), interleave_depth: 1, ..SenderConfig::default() };
+    let cfg = SenderConfig {
+        repair: RepairRatio::percent(0).unwrap(),
+        interleave_depth: 1,
+        ..SenderConfig::default()
+    };
     let mut s = Sender::new(cfg, SessionId(session), now).unwrap();
-    let ch = s.open_channel(ChannelMeta::file("f", data.len() as u64)).unwrap();
+    let ch = s
+        .open_channel(ChannelMeta::file("f", data.len() as u64))
+        .unwrap();
     s.write(now, ch, data).unwrap();
     if finish {
         s.finish(now, ch).unwrap();
@@ -31,7 +40,9 @@ fn datagrams(session: u64, data: &[u8], now: Timestamp, finish: bool) -> Vec<Vec
 }
 
 fn events(r: &mut Receiver) -> Vec<Event> {
-    std::iter::from_fn(|| r.poll_event()).filter(|e| !matches!(e, Event::ChannelData { .. })).collect()
+    std::iter::from_fn(|| r.poll_event())
+        .filter(|e| !matches!(e, Event::ChannelData { .. }))
+        .collect()
 }
 
 fn config() -> ReceiverConfig {
@@ -56,7 +67,9 @@ fn link_silent_exactly_at_the_timeout_and_resumed_after() {
     let _ = events(&mut r);
     let silent_at = t1 + Duration::from_millis(300);
     r.handle_timeout(silent_at - NS);
-    assert!(!events(&mut r).iter().any(|e| matches!(e, Event::LinkSilent { .. })));
+    assert!(!events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::LinkSilent { .. })));
     assert!(r.poll_timeout().is_some_and(|t| t <= silent_at));
     r.handle_timeout(silent_at);
     assert_eq!(events(&mut r), vec![Event::LinkSilent { last_heard: t1 }]);
@@ -82,15 +95,32 @@ fn state_is_freed_exactly_two_delta_t_after_the_last_datagram() {
     r.handle_timeout(free_at - NS);
     let before = events(&mut r);
     assert!(
-        !before.iter().any(|e| matches!(e, Event::ChannelFailed { .. } | Event::SessionExpired { .. })),
+        !before.iter().any(|e| matches!(
+            e,
+            Event::ChannelFailed { .. } | Event::SessionExpired { .. }
+        )),
         "{before:?}"
     );
     assert!(r.session_id().is_some());
     assert_eq!(r.open_channels(), 1);
     r.handle_timeout(free_at);
     let after = events(&mut r);
-    assert!(after.iter().any(|e| matches!(e, Event::ChannelFailed { reason: FailReason::TimedOut | FailReason::TrailerLost, .. })), "{after:?}");
-    assert!(after.contains(&Event::SessionExpired { session: SessionId(3) }), "{after:?}");
+    assert!(
+        after.iter().any(|e| matches!(
+            e,
+            Event::ChannelFailed {
+                reason: FailReason::TimedOut | FailReason::TrailerLost,
+                ..
+            }
+        )),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&Event::SessionExpired {
+            session: SessionId(3)
+        }),
+        "{after:?}"
+    );
     assert_eq!(r.session_id(), None, "session state freed");
     assert_eq!(r.buffered_bytes(), 0);
     assert_eq!(r.stats().channels_failed, 1);
@@ -118,7 +148,9 @@ fn a_lost_block_is_declared_exactly_one_grace_after_the_sender_moved_on() {
         }
         r.handle_datagram(t1, x);
         if moved_on_at.is_none() {
-            if let Ok(diodon_proto::wire::Body::Data(s)) = diodon_proto::wire::parse_datagram(x, &Integrity::Crc32c).map(|p| p.body) {
+            if let Ok(diodon_proto::wire::Body::Data(s)) =
+                diodon_proto::wire::parse_datagram(x, &Integrity::Crc32c).map(|p| p.body)
+            {
                 if s.block >= 1 {
                     moved_on_at = Some(t1);
                 }
@@ -127,11 +159,19 @@ fn a_lost_block_is_declared_exactly_one_grace_after_the_sender_moved_on() {
     }
     let verdict_at = moved_on_at.unwrap() + Duration::from_millis(40);
     r.handle_timeout(verdict_at - NS);
-    assert!(!events(&mut r).iter().any(|e| matches!(e, Event::ChannelFailed { .. })));
+    assert!(!events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ChannelFailed { .. })));
     r.handle_timeout(verdict_at);
     let ev = events(&mut r);
     assert!(
-        ev.iter().any(|e| matches!(e, Event::ChannelFailed { reason: FailReason::BlockLost { block: 0, .. }, .. })),
+        ev.iter().any(|e| matches!(
+            e,
+            Event::ChannelFailed {
+                reason: FailReason::BlockLost { block: 0, .. },
+                ..
+            }
+        )),
         "{ev:?}"
     );
     assert_eq!(r.stats().blocks_lost, 1);

@@ -3,7 +3,10 @@
 #![allow(dead_code, clippy::pedantic, missing_docs)]
 
 use diodon_proto::wire::ChannelMeta;
-use diodon_proto::{ChannelId, Event, FailReason, Receiver, ReceiverConfig, Sender, SenderConfig, SessionId, Timestamp};
+use diodon_proto::{
+    ChannelId, Event, FailReason, Receiver, ReceiverConfig, Sender, SenderConfig, SessionId,
+    Timestamp,
+};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -66,7 +69,12 @@ pub struct Transfer<'a> {
 }
 
 impl<'a> Transfer<'a> {
-    pub fn new(scfg: SenderConfig, rcfg: ReceiverConfig, session: u64, payloads: &'a [Vec<u8>]) -> Self {
+    pub fn new(
+        scfg: SenderConfig,
+        rcfg: ReceiverConfig,
+        session: u64,
+        payloads: &'a [Vec<u8>],
+    ) -> Self {
         let now = Timestamp::from_millis(1);
         let mut sender = Sender::new(scfg, SessionId(session), now).expect("valid config");
         let receiver = Receiver::new(rcfg, now);
@@ -74,11 +82,19 @@ impl<'a> Transfer<'a> {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let id = sender.open_channel(ChannelMeta::file(format!("f{i}"), p.len() as u64)).unwrap();
+                let id = sender
+                    .open_channel(ChannelMeta::file(format!("f{i}"), p.len() as u64))
+                    .unwrap();
                 (id, p.as_slice(), 0)
             })
             .collect();
-        Transfer { sender, receiver, channels, out: Outcome::default(), now }
+        Transfer {
+            sender,
+            receiver,
+            channels,
+            out: Outcome::default(),
+            now,
+        }
     }
 
     fn feed(&mut self) {
@@ -100,18 +116,32 @@ impl<'a> Transfer<'a> {
     fn drain_events(&mut self) {
         while let Some(ev) = self.receiver.poll_event() {
             match &ev {
-                Event::ChannelData { channel, offset, data } => {
+                Event::ChannelData {
+                    channel,
+                    offset,
+                    data,
+                } => {
                     let buf = self.out.partial.entry(*channel).or_default();
-                    assert_eq!(*offset as usize, buf.len(), "data out of order on channel {channel}");
+                    assert_eq!(
+                        *offset as usize,
+                        buf.len(),
+                        "data out of order on channel {channel}"
+                    );
                     buf.extend_from_slice(data);
                 }
                 Event::ChannelComplete { channel, bytes, .. } => {
                     let buf = self.out.partial.remove(channel).unwrap_or_default();
                     assert_eq!(buf.len() as u64, *bytes);
-                    assert!(self.out.complete.insert(*channel, buf).is_none(), "completed twice");
+                    assert!(
+                        self.out.complete.insert(*channel, buf).is_none(),
+                        "completed twice"
+                    );
                 }
                 Event::ChannelFailed { channel, reason } => {
-                    assert!(!self.out.complete.contains_key(channel), "failed after complete");
+                    assert!(
+                        !self.out.complete.contains_key(channel),
+                        "failed after complete"
+                    );
                     self.out.failed.insert(*channel, reason.clone());
                 }
                 _ => {}
@@ -123,7 +153,9 @@ impl<'a> Transfer<'a> {
     }
 
     fn all_decided(&self) -> bool {
-        self.channels.iter().all(|(id, _, _)| self.out.complete.contains_key(id) || self.out.failed.contains_key(id))
+        self.channels.iter().all(|(id, _, _)| {
+            self.out.complete.contains_key(id) || self.out.failed.contains_key(id)
+        })
     }
 
     /// Runs until every channel has a verdict (and the link is drained) or
@@ -134,12 +166,18 @@ impl<'a> Transfer<'a> {
         let mut iterations = 0u64;
         loop {
             iterations += 1;
-            assert!(iterations < 50_000_000, "driver loop does not make progress at {:?}", self.now);
+            assert!(
+                iterations < 50_000_000,
+                "driver loop does not make progress at {:?}",
+                self.now
+            );
             self.feed();
             // Send everything the sender allows now.
             loop {
                 buf.clear();
-                let Some(batch) = self.sender.poll_batch(self.now, &mut buf) else { break };
+                let Some(batch) = self.sender.poll_batch(self.now, &mut buf) else {
+                    break;
+                };
                 let mut at = 0;
                 for _ in 0..batch.count {
                     let len = batch.segment_size.min(batch.len - at);
@@ -159,7 +197,14 @@ impl<'a> Transfer<'a> {
                 break;
             }
             let mut next = deadline;
-            for t in [self.sender.poll_timeout(), link.next_delivery(), self.receiver.poll_timeout()].into_iter().flatten() {
+            for t in [
+                self.sender.poll_timeout(),
+                link.next_delivery(),
+                self.receiver.poll_timeout(),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 next = next.min(t);
             }
             self.now = next.max(self.now);
@@ -209,9 +254,15 @@ pub mod oracle {
         /// Whether `channel` had everything it needs to complete.
         pub fn deliverable(&self, channel: ChannelId) -> bool {
             let c = channel.0;
-            let Some(&total) = self.trailers.get(&c) else { return false };
+            let Some(&total) = self.trailers.get(&c) else {
+                return false;
+            };
             self.opens.contains(&c)
-                && (0..total).all(|b| self.blocks.get(&(c, b)).is_some_and(|(k, got)| got.len() >= usize::from(*k)))
+                && (0..total).all(|b| {
+                    self.blocks
+                        .get(&(c, b))
+                        .is_some_and(|(k, got)| got.len() >= usize::from(*k))
+                })
         }
     }
 
@@ -224,12 +275,24 @@ pub mod oracle {
     impl Oracle {
         pub fn new(integrity: Integrity) -> (Self, Rc<RefCell<Tally>>) {
             let tally = Rc::new(RefCell::new(Tally::default()));
-            (Oracle { tally: tally.clone(), integrity, stats: NodeStats::default() }, tally)
+            (
+                Oracle {
+                    tally: tally.clone(),
+                    integrity,
+                    stats: NodeStats::default(),
+                },
+                tally,
+            )
         }
     }
 
     impl LinkNode for Oracle {
-        fn offer(&mut self, now: Timestamp, datagram: Vec<u8>, out: &mut Vec<(Timestamp, Vec<u8>)>) {
+        fn offer(
+            &mut self,
+            now: Timestamp,
+            datagram: Vec<u8>,
+            out: &mut Vec<(Timestamp, Vec<u8>)>,
+        ) {
             self.stats.offered += 1;
             self.stats.passed += 1;
             if let Ok(repr) = parse_datagram(&datagram, &self.integrity) {
@@ -237,7 +300,11 @@ pub mod oracle {
                 let mut t = self.tally.borrow_mut();
                 match repr.body {
                     Body::Data(s) | Body::Repair(s) => {
-                        t.blocks.entry((c, s.block)).or_insert_with(|| (s.k, BTreeSet::new())).1.insert(s.index);
+                        t.blocks
+                            .entry((c, s.block))
+                            .or_insert_with(|| (s.k, BTreeSet::new()))
+                            .1
+                            .insert(s.index);
                     }
                     Body::Open(_) => {
                         t.opens.insert(c);
