@@ -1,1 +1,35 @@
-//! Diodon IO drivers. Work in progress.
+//! Diodon's IO layer: the only crate that touches sockets, clocks, kernel
+//! counters and network namespaces (and therefore the only `unsafe`).
+//!
+//! ```text
+//!  sans-IO core (diodon-proto)            diodon-io
+//!  ---------------------------            ---------------------------------------
+//!  poll_transmit -> (buf, seg) ---------> udp::BatchSender  (sendmsg+UDP_SEGMENT,
+//!                                                            sendmmsg fallback)
+//!  handle_datagram <- (src, &[u8]) <----- udp::BatchReceiver (recvmmsg+UDP_GRO,
+//!                                                            SO_RXQ_OVFL drops)
+//!  now: Timestamp <---------------------- clock::MonotonicClock
+//!  stats exporters <--------------------- counters (/proc/net/snmp, sysfs link stats)
+//!  tests / benches ---------------------> netns (enter a testbed namespace)
+//! ```
+//!
+//! Modules:
+//! - [`clock`]: monotonic clock mapped to [`diodon_proto::Timestamp`], precise
+//!   `sleep_until` for pacers, wall time.
+//! - [`udp`]: socket setup (forced buffers, never-fragment, error queue) and
+//!   batched send/receive on IPv4 and IPv6.
+//! - [`counters`]: kernel counters (UDP MIB, per-interface statistics),
+//!   snapshots and saturating deltas.
+//! - [`netns`]: move the calling thread into a named network namespace.
+
+pub mod clock;
+pub mod counters;
+pub mod netns;
+pub mod udp;
+
+pub use clock::{unix_time_ms, MonotonicClock};
+pub use counters::{CounterError, LinkStats, UdpSnmp};
+pub use udp::{
+    BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBatch, SendReport,
+    SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,
+};

@@ -22,8 +22,8 @@ use crate::time::Timestamp;
 use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, Packet, SymbolRepr, TrailerRepr, TrailerStatus,
-    CRC_TAG_LEN, FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
+    DatagramRepr, Header, Integrity, Packet, SymbolRepr, TrailerRepr, TrailerStatus, CRC_TAG_LEN,
+    FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -54,13 +54,32 @@ pub fn wire(data: &[u8]) {
 fn check_datagram(datagram: &[u8], integrity: &Integrity) {
     if let Ok(packet) = Packet::new_checked(datagram) {
         // After check_len no accessor may panic.
-        let _ = (packet.version(), packet.type_byte(), packet.session_id(), packet.seq());
-        let _ = (packet.channel_id(), packet.timestamp_ms(), packet.lifetime_ms());
-        let _ = (packet.body().len(), packet.tag().len(), packet.verify(integrity));
+        let _ = (
+            packet.version(),
+            packet.type_byte(),
+            packet.session_id(),
+            packet.seq(),
+        );
+        let _ = (
+            packet.channel_id(),
+            packet.timestamp_ms(),
+            packet.lifetime_ms(),
+        );
+        let _ = (
+            packet.body().len(),
+            packet.tag().len(),
+            packet.verify(integrity),
+        );
     }
-    let Ok(repr) = parse_datagram(datagram, integrity) else { return };
+    let Ok(repr) = parse_datagram(datagram, integrity) else {
+        return;
+    };
     let len = repr.buffer_len(integrity);
-    assert_eq!(len, datagram.len(), "buffer_len disagrees with the parsed datagram");
+    assert_eq!(
+        len,
+        datagram.len(),
+        "buffer_len disagrees with the parsed datagram"
+    );
     let mut out = vec![0u8; len];
     assert_eq!(repr.emit(&mut out, integrity), len, "emit length");
     assert_eq!(
@@ -68,7 +87,11 @@ fn check_datagram(datagram: &[u8], integrity: &Integrity) {
         "re-emitting a parsed datagram changed its bytes ({integrity:?}): the parser accepts a non-canonical encoding"
     );
     let again = parse_datagram(&out, integrity);
-    assert_eq!(again.as_ref(), Ok(&repr), "re-emitted datagram parses differently");
+    assert_eq!(
+        again.as_ref(),
+        Ok(&repr),
+        "re-emitted datagram parses differently"
+    );
 }
 
 /// `data` with a valid header frame and tag for `integrity`: version 1, the
@@ -118,11 +141,16 @@ pub fn fec(data: &[u8]) {
     let mut rs = ReedSolomon::new();
     let mut repair = vec![0u8; m * shard_len];
     if let Err(e) = rs.encode(k, m, shard_len, &source, &mut repair) {
-        assert!(!ReedSolomon::supports(k, m), "supported code refused to encode: {e}");
+        assert!(
+            !ReedSolomon::supports(k, m),
+            "supported code refused to encode: {e}"
+        );
         return;
     }
     // Erase symbols by the bits of `erase_bits` (cycled over k + m).
-    let erased: Vec<bool> = (0..k + m).map(|i| erase_bits >> (i % 64) & 1 == 1).collect();
+    let erased: Vec<bool> = (0..k + m)
+        .map(|i| erase_bits >> (i % 64) & 1 == 1)
+        .collect();
     let lost = erased.iter().filter(|e| **e).count();
     let mut damaged = source.clone();
     let present: Vec<bool> = erased[..k].iter().map(|e| !e).collect();
@@ -143,10 +171,17 @@ pub fn fec(data: &[u8]) {
     let result = rs.decode(k, m, shard_len, &mut damaged, &present, &kept);
     if lost <= m {
         assert_eq!(result, Ok(()), "k={k} m={m} L={shard_len} lost={lost}");
-        assert!(damaged == source, "decoded block differs: k={k} m={m} L={shard_len} lost={lost}");
+        assert!(
+            damaged == source,
+            "decoded block differs: k={k} m={m} L={shard_len} lost={lost}"
+        );
     } else {
         let have = k + m - lost;
-        assert_eq!(result, Err(FecError::NotEnough { have, need: k }), "k={k} m={m} lost={lost}");
+        assert_eq!(
+            result,
+            Err(FecError::NotEnough { have, need: k }),
+            "k={k} m={m} lost={lost}"
+        );
     }
 }
 
@@ -160,7 +195,8 @@ pub fn fec(data: &[u8]) {
 ///
 /// - every datagram is counted exactly once:
 ///   `datagrams == accepted + invalid() + stale_session + duplicates + too_old + expired`;
-/// - `channels_complete <= channels_opened`;
+/// - `channels_complete <= channels_opened`; nothing is buffered when no
+///   channel is open;
 /// - per session and channel, `ChannelData` offsets are contiguous, nothing
 ///   follows a verdict and there is at most one verdict; a complete channel's
 ///   bytes hash to its digest, and without forged input equal what the
@@ -186,7 +222,7 @@ pub fn receiver(data: &[u8]) {
         }
     }
     // Let every timer run out: each channel gets its verdict.
-    h.now = h.now + Duration::from_secs(10);
+    h.now += Duration::from_secs(10);
     h.timeout();
 }
 
@@ -218,7 +254,7 @@ impl RxHarness {
             repair: RepairRatio::percent(50).expect("valid constant"),
             interleave_depth: 2,
             rate: Rate::UNLIMITED,
-            lifetime: Duration::from_millis(2000),
+            lifetime: Duration::from_secs(2),
             delta_t: Duration::from_millis(500),
             beacon_interval: Duration::from_millis(50),
             control_copies: 2,
@@ -264,7 +300,9 @@ impl RxHarness {
         let mut buf = vec![0u8; self.sender.config().datagram_len()];
         for _ in 0..count {
             self.sender.handle_timeout(self.now);
-            let Some(n) = self.sender.poll_transmit(self.now, &mut buf) else { break };
+            let Some(n) = self.sender.poll_transmit(self.now, &mut buf) else {
+                break;
+            };
             batch.push(buf[..n].to_vec());
         }
         match fate % 4 {
@@ -286,12 +324,17 @@ impl RxHarness {
     /// The sender's application: open, write, finish or abort a channel.
     fn sender_app(&mut self, input: &mut Input<'_>) {
         let pick = usize::from(input.byte());
-        let channel = (!self.sender_open.is_empty()).then(|| self.sender_open[pick % self.sender_open.len()]);
+        let channel =
+            (!self.sender_open.is_empty()).then(|| self.sender_open[pick % self.sender_open.len()]);
         match (input.byte() % 4, channel) {
             (0, _) | (_, None) => {
                 let name_len = usize::from(input.byte() % 16);
                 let name = String::from_utf8_lossy(input.take(name_len)).into_owned();
-                let meta = if pick % 2 == 0 { ChannelMeta::stream(name) } else { ChannelMeta::file(name, 0) };
+                let meta = if pick & 1 == 0 {
+                    ChannelMeta::stream(name)
+                } else {
+                    ChannelMeta::file(name, 0)
+                };
                 if let Ok(id) = self.sender.open_channel(meta) {
                     self.sender_open.push(id);
                     self.written.insert(id, Vec::new());
@@ -301,7 +344,10 @@ impl RxHarness {
                 let len = usize::from(input.byte());
                 let bytes = input.take(len).to_vec();
                 if let Ok(n) = self.sender.write(self.now, id, &bytes) {
-                    self.written.entry(id).or_default().extend_from_slice(&bytes[..n]);
+                    self.written
+                        .entry(id)
+                        .or_default()
+                        .extend_from_slice(&bytes[..n]);
                 }
             }
             (2, Some(id)) => {
@@ -321,7 +367,7 @@ impl RxHarness {
     fn advance(&mut self, input: &mut Input<'_>) {
         let b = input.byte();
         let step = u64::from(b >> 1) * if b & 1 == 1 { 10 } else { 1 };
-        self.now = self.now + Duration::from_millis(step);
+        self.now += Duration::from_millis(step);
         self.sender.handle_timeout(self.now);
         self.timeout();
     }
@@ -350,22 +396,49 @@ impl RxHarness {
         let small = |b: u8| u16::from(b % 8);
         // Small codes, or raw fields, or m at the edge of k + m <= 65535 (where
         // the erasure code stops supporting some combinations).
-        let k = if shape & 1 == 1 { input.u16() } else { 1 + small(input.byte()) };
+        let k = if shape & 1 == 1 {
+            input.u16()
+        } else {
+            1 + small(input.byte())
+        };
         let m = if shape & 2 == 2 {
-            u16::MAX.saturating_sub(k).saturating_sub(u16::from(input.byte()))
+            u16::MAX
+                .saturating_sub(k)
+                .saturating_sub(u16::from(input.byte()))
         } else {
             small(input.byte())
         };
-        let index = if shape & 4 == 4 { k.saturating_add(small(input.byte())) } else { small(input.byte()) };
+        let index = if shape & 4 == 4 {
+            k.saturating_add(small(input.byte()))
+        } else {
+            small(input.byte())
+        };
         let block = u64::from(input.byte() % 8);
         let group_len = 1 + input.byte() % 3;
         let group_pos = (input.byte() % group_len).min(block as u8);
         let payload_len = usize::from(input.byte());
-        let tail_len = if shape & 8 == 8 { input.u16() } else { payload_len.max(1) as u16 };
+        let tail_len = if shape & 8 == 8 {
+            input.u16()
+        } else {
+            payload_len.max(1) as u16
+        };
         let fill = input.byte();
         let payload = vec![fill; payload_len];
-        let symbol = SymbolRepr { block, index, k, m, tail_len, group_pos, group_len, payload: &payload };
-        let body = if index < k { Body::Data(symbol) } else { Body::Repair(symbol) };
+        let symbol = SymbolRepr {
+            block,
+            index,
+            k,
+            m,
+            tail_len,
+            group_pos,
+            group_len,
+            payload: &payload,
+        };
+        let body = if index < k {
+            Body::Data(symbol)
+        } else {
+            Body::Repair(symbol)
+        };
         self.feed_repr(&DatagramRepr { header, body });
     }
 
@@ -376,14 +449,33 @@ impl RxHarness {
             0 => {
                 let name_len = usize::from(input.byte() % 16);
                 let name = String::from_utf8_lossy(input.take(name_len)).into_owned();
-                let kind = [ChannelKind::File, ChannelKind::Stream, ChannelKind::Datagrams][usize::from(input.byte() % 3)];
-                Body::Open(ChannelMeta { kind, size: None, mode: 0o600, mtime_sec: 0, mtime_nsec: 0, name })
+                let kind = [
+                    ChannelKind::File,
+                    ChannelKind::Stream,
+                    ChannelKind::Datagrams,
+                ][usize::from(input.byte() % 3)];
+                Body::Open(ChannelMeta {
+                    kind,
+                    size: None,
+                    mode: 0o600,
+                    mtime_sec: 0,
+                    mtime_nsec: 0,
+                    name,
+                })
             }
             1 => Body::Trailer(TrailerRepr {
                 total_len: u64::from(input.u16()),
                 total_blocks: u64::from(input.byte() % 8),
-                status: if input.byte() % 4 == 0 { TrailerStatus::Aborted } else { TrailerStatus::Complete },
-                digest: if input.byte() % 2 == 0 { *blake3::hash(&[]).as_bytes() } else { [0; 32] },
+                status: if input.byte().trailing_zeros() >= 2 {
+                    TrailerStatus::Aborted
+                } else {
+                    TrailerStatus::Complete
+                },
+                digest: if input.byte() & 1 == 0 {
+                    *blake3::hash(&[]).as_bytes()
+                } else {
+                    [0; 32]
+                },
             }),
             _ => {
                 header.channel = ChannelId(0);
@@ -391,8 +483,11 @@ impl RxHarness {
                 let channels = (0..entries)
                     .map(|_| ChannelEntry {
                         channel: ChannelId(u32::from(input.byte() % 6)),
-                        state: [ChannelState::Open, ChannelState::Finished, ChannelState::Aborted]
-                            [usize::from(input.byte() % 3)],
+                        state: [
+                            ChannelState::Open,
+                            ChannelState::Finished,
+                            ChannelState::Aborted,
+                        ][usize::from(input.byte() % 3)],
                         blocks_sent: u64::from(input.byte() % 10),
                     })
                     .collect();
@@ -417,7 +512,9 @@ impl RxHarness {
     /// Feeds a datagram fed earlier again.
     fn replay(&mut self, input: &mut Input<'_>) {
         let pick = usize::from(input.byte());
-        if let Some((datagram, forged)) = self.history.get(pick % self.history.len().max(1)).cloned() {
+        if let Some((datagram, forged)) =
+            self.history.get(pick % self.history.len().max(1)).cloned()
+        {
             self.feed(datagram, forged);
         }
     }
@@ -426,7 +523,11 @@ impl RxHarness {
     /// the first channels, near the genuine sequence numbers and clock.
     fn forged_header(&self, input: &mut Input<'_>) -> Header {
         let who = input.byte();
-        let session = if who % 4 == 0 { SessionId(u64::from(1 + who % 3)) } else { GENUINE_SESSION };
+        let session = if who.trailing_zeros() >= 2 {
+            SessionId(u64::from(1 + who % 3))
+        } else {
+            GENUINE_SESSION
+        };
         Header {
             session,
             seq: self.forged_seq(input.byte()),
@@ -469,10 +570,21 @@ impl RxHarness {
         self.check();
         let before = self.receiver.stats();
         self.receiver.handle_timeout(self.now);
-        assert!(self.receiver.poll_event().is_none(), "handle_timeout is not idempotent");
-        assert_eq!(self.receiver.stats(), before, "handle_timeout is not idempotent");
+        assert!(
+            self.receiver.poll_event().is_none(),
+            "handle_timeout is not idempotent"
+        );
+        assert_eq!(
+            self.receiver.stats(),
+            before,
+            "handle_timeout is not idempotent"
+        );
         if let Some(next) = self.receiver.poll_timeout() {
-            assert!(next > self.now, "poll_timeout {next:?} not after now {:?}: busy loop", self.now);
+            assert!(
+                next > self.now,
+                "poll_timeout {next:?} not after now {:?}: busy loop",
+                self.now
+            );
         }
     }
 
@@ -488,7 +600,17 @@ impl RxHarness {
             s.accepted + s.invalid() + s.stale_session + s.duplicates + s.too_old + s.expired,
             "datagram accounting identity broken: {s:?}"
         );
-        assert!(s.channels_complete <= s.channels_opened, "complete without open: {s:?}");
+        assert!(
+            s.channels_complete <= s.channels_opened,
+            "complete without open: {s:?}"
+        );
+        if self.receiver.open_channels() == 0 {
+            assert_eq!(
+                self.receiver.buffered_bytes(),
+                0,
+                "buffered bytes with no channel open"
+            );
+        }
     }
 
     fn on_event(&mut self, event: Event) {
@@ -498,29 +620,63 @@ impl RxHarness {
             }
             Event::SessionExpired { .. } => self.new_session(None),
             Event::ChannelOpened { channel, .. } => {
-                assert!(!self.ended.contains(&channel), "{channel:?} opened after its verdict");
+                assert!(
+                    !self.ended.contains(&channel),
+                    "{channel:?} opened after its verdict"
+                );
                 assert!(self.opened.insert(channel), "{channel:?} opened twice");
             }
-            Event::ChannelData { channel, offset, data } => {
-                assert!(!self.ended.contains(&channel), "{channel:?} data after its verdict");
-                assert!(self.opened.contains(&channel), "{channel:?} data before its open");
+            Event::ChannelData {
+                channel,
+                offset,
+                data,
+            } => {
+                assert!(
+                    !self.ended.contains(&channel),
+                    "{channel:?} data after its verdict"
+                );
+                assert!(
+                    self.opened.contains(&channel),
+                    "{channel:?} data before its open"
+                );
                 let got = self.delivered.entry(channel).or_default();
                 assert_eq!(offset, got.len() as u64, "{channel:?} data not contiguous");
                 got.extend_from_slice(&data);
             }
-            Event::ChannelComplete { channel, bytes, digest } => {
-                assert!(self.ended.insert(channel), "{channel:?} second verdict (complete)");
+            Event::ChannelComplete {
+                channel,
+                bytes,
+                digest,
+            } => {
+                assert!(
+                    self.ended.insert(channel),
+                    "{channel:?} second verdict (complete)"
+                );
                 let got = self.delivered.get(&channel).map_or(&[][..], Vec::as_slice);
-                assert_eq!(bytes, got.len() as u64, "{channel:?} complete with a wrong length");
+                assert_eq!(
+                    bytes,
+                    got.len() as u64,
+                    "{channel:?} complete with a wrong length"
+                );
                 assert_eq!(*blake3::hash(got).as_bytes(), digest, "{channel:?} digest");
                 if !self.forged_any && self.session == Some(GENUINE_SESSION) {
                     let sent = self.written.get(&channel).map(Vec::as_slice);
-                    assert!(self.finished.contains(&channel), "{channel:?} complete but never finished");
-                    assert_eq!(sent, Some(got), "{channel:?} complete with other bytes than sent");
+                    assert!(
+                        self.finished.contains(&channel),
+                        "{channel:?} complete but never finished"
+                    );
+                    assert_eq!(
+                        sent,
+                        Some(got),
+                        "{channel:?} complete with other bytes than sent"
+                    );
                 }
             }
             Event::ChannelFailed { channel, .. } => {
-                assert!(self.ended.insert(channel), "{channel:?} second verdict (failed)");
+                assert!(
+                    self.ended.insert(channel),
+                    "{channel:?} second verdict (failed)"
+                );
             }
             Event::SessionParams { .. }
             | Event::ConfigMismatch(_)
@@ -555,7 +711,10 @@ impl<'a> Input<'a> {
     }
 
     fn byte(&mut self) -> u8 {
-        let (first, rest) = self.data.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
+        let (first, rest) = self
+            .data
+            .split_first()
+            .map_or((0, &[][..]), |(b, r)| (*b, r));
         self.data = rest;
         first
     }

@@ -1003,6 +1003,14 @@ impl Receiver {
             return;
         }
         ch.advance_progress(sym.group_start(), now, grace);
+        if !ch.blocks.contains_key(&sym.block)
+            && !ReedSolomon::supports(usize::from(sym.k), usize::from(sym.m))
+        {
+            // Parameters no conforming sender produces: refuse before any
+            // memory is committed to the block.
+            self.stats.inconsistent += 1;
+            return;
+        }
         let block = ch
             .blocks
             .entry(sym.block)
@@ -1027,6 +1035,7 @@ impl Receiver {
                 return;
             }
         }
+        let mut decoded = true;
         if block.ready() {
             let k = usize::from(block.k);
             let m = usize::from(block.m);
@@ -1043,19 +1052,22 @@ impl Receiver {
                     .decode(k, m, shard_len, &mut block.data, &block.present, &repair)
                     .is_err()
                 {
-                    // Only reachable with forged parameters the code cannot
-                    // handle; the block stays incomplete and is declared
-                    // lost by the timers.
+                    // Unreachable for codes `supports` accepts; should it
+                    // happen, the block stays incomplete and the timers
+                    // declare it lost.
                     self.stats.inconsistent += 1;
-                    return;
+                    decoded = false;
+                } else {
+                    self.stats.recovered_symbols += needed as u64;
+                    self.stats.blocks_recovered += 1;
                 }
-                self.stats.recovered_symbols += needed as u64;
-                self.stats.blocks_recovered += 1;
             }
-            let mut data = std::mem::take(&mut block.data);
-            data.truncate(block.byte_len(shard_len));
-            block.repair = Vec::new();
-            block.done = Some(data);
+            if decoded {
+                let mut data = std::mem::take(&mut block.data);
+                data.truncate(block.byte_len(shard_len));
+                block.repair = Vec::new();
+                block.done = Some(data);
+            }
         }
         let after = block.buffered();
         ch.buffered = ch.buffered + after - before;
@@ -1117,6 +1129,9 @@ impl Receiver {
         match verdict {
             Ok(()) => {
                 let bytes = ch.delivered;
+                // Blocks beyond the trailer's count (forged or stray) may
+                // still be held: release them with the channel.
+                self.buffered -= ch.buffered;
                 s.channels.remove(&channel);
                 s.ended.insert(channel);
                 self.stats.channels_complete += 1;

@@ -681,6 +681,9 @@ impl ChannelMeta {
             return Err(bad("name length differs from the body"));
         }
         let size = be_u64(body, 4);
+        if flags & 1 == 0 && size != 0 {
+            return Err(bad("size is not zero but flagged unknown"));
+        }
         let mtime_nsec = be_u32(body, 24);
         if mtime_nsec >= 1_000_000_000 {
             return Err(bad("mtime nanoseconds out of range"));

@@ -15,13 +15,13 @@ const TRIALS: u64 = 1000;
 const SIZE: usize = 1_000_000;
 
 /// Returns (complete, deliverable-by-oracle) over all trials.
-fn trials(name: &str, repair: u32, loss: f64, seed: &Seed) -> (u64, u64) {
-    let _report = SeedReport::new(name, seed);
+fn trials(name: &str, repair: u32, loss: f64, seed: Seed) -> (u64, u64) {
+    let _report = SeedReport::new(name, &seed);
     let data = vec![payload(seed.0, SIZE)];
     let (mut complete, mut deliverable) = (0, 0);
     for trial in 0..TRIALS {
         let scfg = SenderConfig {
-            repair: RepairRatio::percent(repair).unwrap(),
+            repair: RepairRatio::percent(repair).expect("valid ratio"),
             ..SenderConfig::default()
         };
         let (oracle, tally) = Oracle::new(scfg.integrity.clone());
@@ -56,14 +56,14 @@ fn trials(name: &str, repair: u32, loss: f64, seed: &Seed) -> (u64, u64) {
 #[test]
 fn cfr_is_100_percent_with_10_percent_repair_at_1_percent_loss() {
     let seed = Seed::from_env_or(11);
-    let (complete, _) = trials("cfr_repair_10", 10, 0.01, &seed);
+    let (complete, _) = trials("cfr_repair_10", 10, 0.01, seed);
     assert_eq!(complete, TRIALS);
 }
 
 #[test]
 fn cfr_without_repair_is_reported_exactly() {
     let seed = Seed::from_env_or(12);
-    let (complete, deliverable) = trials("cfr_repair_0", 0, 0.01, &seed);
+    let (complete, deliverable) = trials("cfr_repair_0", 0, 0.01, seed);
     assert_eq!(complete, deliverable);
     // 1 MB is ~710 datagrams: at 1 % loss almost every trial loses one.
     assert!(
@@ -77,7 +77,7 @@ fn cfr_without_repair_at_0_1_percent_loss_is_exact_and_non_trivial() {
     // At 0.1 % loss about half of the trials lose nothing: the count is
     // neither 0 nor 1000, so exactness is really tested.
     let seed = Seed::from_env_or(13);
-    let (complete, deliverable) = trials("cfr_repair_0_loss_0_1", 0, 0.001, &seed);
+    let (complete, deliverable) = trials("cfr_repair_0_loss_0_1", 0, 0.001, seed);
     assert_eq!(complete, deliverable);
     assert!(complete > 0 && complete < TRIALS, "got {complete}");
 }

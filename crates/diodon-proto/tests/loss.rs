@@ -26,7 +26,7 @@ fn mix(seed: u64) -> Vec<Vec<u8>> {
 
 fn config(repair: u32, depth: u8) -> SenderConfig {
     SenderConfig {
-        repair: RepairRatio::percent(repair).unwrap(),
+        repair: RepairRatio::percent(repair).expect("valid ratio"),
         interleave_depth: depth,
         rate: Rate::bits_per_sec(1_000_000_000),
         ..SenderConfig::default()
@@ -38,13 +38,13 @@ fn config(repair: u32, depth: u8) -> SenderConfig {
 /// other one failed with a reason consistent with what was lost.
 fn check(
     name: &str,
-    seed: &Seed,
+    seed: Seed,
     scfg: SenderConfig,
     link: Link,
     expect_all: bool,
     min_missing: Option<u64>,
 ) -> (usize, usize) {
-    let _report = SeedReport::new(name, seed);
+    let _report = SeedReport::new(name, &seed);
     let payloads = mix(seed.0);
     let (oracle, tally) = Oracle::new(scfg.integrity.clone());
     let mut link = link.with(oracle);
@@ -76,10 +76,9 @@ fn check(
                     .get(&(c, *block))
                     .is_none_or(|(k, got)| got.len() < usize::from(*k)),
                 FailReason::OpenLost => !tally.opens.contains(&c),
-                FailReason::TrailerLost => !tally.trailers.contains_key(&c),
-                // Silence with data missing: only when the trailer (which
-                // would have told the receiver the sender was done) was lost.
-                FailReason::TimedOut => !tally.trailers.contains_key(&c),
+                // TrailerLost, or silence with data missing: only when the
+                // trailer (which tells the receiver the sender is done) was lost.
+                FailReason::TrailerLost | FailReason::TimedOut => !tally.trailers.contains_key(&c),
                 _ => false,
             };
             assert!(
@@ -119,28 +118,28 @@ fn check(
 #[test]
 fn no_loss_needs_no_repair() {
     let seed = Seed::from_env_or(1);
-    check("no_loss", &seed, config(0, 1), Link::new(), true, None);
+    check("no_loss", seed, config(0, 1), Link::new(), true, None);
 }
 
 #[test]
 fn bernoulli_1_percent_with_10_percent_repair() {
     let seed = Seed::from_env_or(2);
     let link = Link::new().with(Bernoulli::new(0.01, seed.derive(1)));
-    check("bernoulli_1", &seed, config(10, 4), link, true, Some(40));
+    check("bernoulli_1", seed, config(10, 4), link, true, Some(40));
 }
 
 #[test]
 fn bernoulli_5_percent_with_25_percent_repair() {
     let seed = Seed::from_env_or(3);
     let link = Link::new().with(Bernoulli::new(0.05, seed.derive(1)));
-    check("bernoulli_5", &seed, config(25, 4), link, true, Some(250));
+    check("bernoulli_5", seed, config(25, 4), link, true, Some(250));
 }
 
 #[test]
 fn bernoulli_10_percent_with_40_percent_repair() {
     let seed = Seed::from_env_or(4);
     let link = Link::new().with(Bernoulli::new(0.10, seed.derive(1)));
-    check("bernoulli_10", &seed, config(40, 4), link, true, Some(600));
+    check("bernoulli_10", seed, config(40, 4), link, true, Some(600));
 }
 
 #[test]
@@ -151,7 +150,7 @@ fn gilbert_elliott_bursts_spread_by_interleaving() {
     let link = Link::new().with(GilbertElliott::with_mean_burst(0.01, 8.0, seed.derive(1)));
     check(
         "gilbert_elliott",
-        &seed,
+        seed,
         config(25, 16),
         link,
         true,
@@ -169,7 +168,7 @@ fn receive_buffer_overflow_bursts() {
     let link = Link::new().with(TailDropBuffer::new(64 << 10, 930_000_000));
     let (complete, total) = check(
         "buffer_overflow",
-        &seed,
+        seed,
         config(25, 8),
         link,
         true,
@@ -186,7 +185,7 @@ fn beyond_the_budget_only_hit_channels_fail() {
     let link = Link::new().with(Bernoulli::new(0.20, seed.derive(1)));
     let (complete, total) = check(
         "beyond_budget",
-        &seed,
+        seed,
         config(10, 4),
         link,
         false,
@@ -204,7 +203,7 @@ fn bursts_beyond_interleave_fail_narrowly() {
     // interleaving: whole blocks vanish; hit channels fail, the others complete.
     let seed = Seed::from_env_or(9);
     let link = Link::new().with(GilbertElliott::with_mean_burst(0.05, 50.0, seed.derive(1)));
-    let (complete, total) = check("long_bursts", &seed, config(10, 1), link, false, Some(100));
+    let (complete, total) = check("long_bursts", seed, config(10, 1), link, false, Some(100));
     assert!(
         complete < total && complete > 0,
         "bursts should hit some channels and spare others"

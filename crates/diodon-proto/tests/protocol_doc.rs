@@ -4,17 +4,24 @@
 //! examples from the code, for the document.
 
 use diodon_proto::wire::{
-    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState, DatagramRepr, Header,
-    Integrity, SymbolRepr, TrailerRepr, TrailerStatus,
+    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
+    DatagramRepr, Header, Integrity, SymbolRepr, TrailerRepr, TrailerStatus,
 };
 use diodon_proto::{ChannelId, SessionId};
 
 const KEY: [u8; 32] = *b"diodon-example-key-32-bytes-long";
 
 fn header(channel: u32, seq: u64) -> Header {
-    Header { session: SessionId(0x0123_4567_89AB_CDEF), seq, channel: ChannelId(channel), timestamp_ms: 1500, lifetime_ms: 2000 }
+    Header {
+        session: SessionId(0x0123_4567_89AB_CDEF),
+        seq,
+        channel: ChannelId(channel),
+        timestamp_ms: 1500,
+        lifetime_ms: 2000,
+    }
 }
 
+#[expect(clippy::too_many_lines, reason = "one literal per datagram type")]
 fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
     vec![
         (
@@ -32,7 +39,11 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                     beacon_interval_ms: 250,
                     datagrams_sent: 0,
                     bytes_sent: 0,
-                    channels: vec![ChannelEntry { channel: ChannelId(1), state: ChannelState::Open, blocks_sent: 0 }],
+                    channels: vec![ChannelEntry {
+                        channel: ChannelId(1),
+                        state: ChannelState::Open,
+                        blocks_sent: 0,
+                    }],
                 }),
             },
             Integrity::Crc32c,
@@ -56,7 +67,16 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
             "data",
             DatagramRepr {
                 header: header(1, 2),
-                body: Body::Data(SymbolRepr { block: 0, index: 0, k: 1, m: 1, tail_len: 5, group_pos: 0, group_len: 1, payload: b"hello" }),
+                body: Body::Data(SymbolRepr {
+                    block: 0,
+                    index: 0,
+                    k: 1,
+                    m: 1,
+                    tail_len: 5,
+                    group_pos: 0,
+                    group_len: 1,
+                    payload: b"hello",
+                }),
             },
             Integrity::Crc32c,
         ),
@@ -66,7 +86,16 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                 header: header(1, 3),
                 // For k = 1 the Reed–Solomon repair shard of "hello\0" (shard
                 // length 6, zero padded) is the shard itself.
-                body: Body::Repair(SymbolRepr { block: 0, index: 1, k: 1, m: 1, tail_len: 5, group_pos: 0, group_len: 1, payload: b"hello\0" }),
+                body: Body::Repair(SymbolRepr {
+                    block: 0,
+                    index: 1,
+                    k: 1,
+                    m: 1,
+                    tail_len: 5,
+                    group_pos: 0,
+                    group_len: 1,
+                    payload: b"hello\0",
+                }),
             },
             Integrity::Crc32c,
         ),
@@ -87,7 +116,16 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
             "data-keyed",
             DatagramRepr {
                 header: header(1, 2),
-                body: Body::Data(SymbolRepr { block: 0, index: 0, k: 1, m: 1, tail_len: 5, group_pos: 0, group_len: 1, payload: b"hello" }),
+                body: Body::Data(SymbolRepr {
+                    block: 0,
+                    index: 0,
+                    k: 1,
+                    m: 1,
+                    tail_len: 5,
+                    group_pos: 0,
+                    group_len: 1,
+                    payload: b"hello",
+                }),
             },
             Integrity::Keyed(KEY),
         ),
@@ -97,19 +135,35 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
 fn to_hex(bytes: &[u8]) -> String {
     bytes
         .chunks(16)
-        .map(|line| line.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" "))
+        .map(|line| {
+            line.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// The ```hex blocks of PROTOCOL.md that follow an `<!-- example: NAME -->` marker.
+/// The hex code blocks of PROTOCOL.md that follow an `<!-- example: NAME -->` marker.
 fn document_examples() -> Vec<(String, Vec<u8>)> {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../PROTOCOL.md")).expect("PROTOCOL.md");
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../PROTOCOL.md"))
+        .expect("PROTOCOL.md");
     let mut out = Vec::new();
     let mut lines = doc.lines();
     while let Some(line) = lines.next() {
-        let Some(name) = line.trim().strip_prefix("<!-- example: ").and_then(|r| r.strip_suffix(" -->")) else { continue };
-        assert_eq!(lines.next().map(str::trim), Some("```hex"), "example {name} must be followed by a hex block");
+        let Some(name) = line
+            .trim()
+            .strip_prefix("<!-- example: ")
+            .and_then(|r| r.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        assert_eq!(
+            lines.next().map(str::trim),
+            Some("```hex"),
+            "example {name} must be followed by a hex block"
+        );
         let mut hex = String::new();
         for l in lines.by_ref() {
             if l.trim() == "```" {
@@ -127,10 +181,17 @@ fn document_examples() -> Vec<(String, Vec<u8>)> {
 fn every_example_in_protocol_md_decodes_to_the_documented_values() {
     let doc = document_examples();
     let code = examples();
-    assert_eq!(doc.len(), code.len(), "PROTOCOL.md has {} examples, the code {}", doc.len(), code.len());
+    assert_eq!(
+        doc.len(),
+        code.len(),
+        "PROTOCOL.md has {} examples, the code {}",
+        doc.len(),
+        code.len()
+    );
     for ((name, bytes), (code_name, repr, integrity)) in doc.iter().zip(&code) {
         assert_eq!(name, code_name);
-        let parsed = parse_datagram(bytes, integrity).unwrap_or_else(|e| panic!("example {name}: {e}"));
+        let parsed =
+            parse_datagram(bytes, integrity).unwrap_or_else(|e| panic!("example {name}: {e}"));
         assert_eq!(&parsed, repr, "example {name} decodes to other values");
         let mut buf = vec![0; repr.buffer_len(integrity)];
         repr.emit(&mut buf, integrity);
@@ -142,7 +203,9 @@ fn every_example_in_protocol_md_decodes_to_the_documented_values() {
 fn the_repair_example_really_repairs() {
     use diodon_proto::fec::{ErasureCode, ReedSolomon};
     let mut repair = vec![0u8; 6];
-    ReedSolomon::new().encode(1, 1, 6, b"hello\0", &mut repair).unwrap();
+    ReedSolomon::new()
+        .encode(1, 1, 6, b"hello\0", &mut repair)
+        .unwrap();
     assert_eq!(&repair, b"hello\0");
 }
 

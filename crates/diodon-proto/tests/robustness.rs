@@ -2,6 +2,7 @@
 //! yield wrong bytes; a sender restart never mixes two sessions' data;
 //! truncated, oversized, random and forged datagrams are rejected and
 //! counted, never trusted, never a panic.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 mod common;
 
 use common::oracle::Oracle;
@@ -147,7 +148,7 @@ fn sender_restart_never_mixes_sessions() {
     }
     r.handle_datagram(now, &da[da.len() / 2 + 1]);
     let events: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
-    let position = |wanted: &dyn Fn(&Event) -> bool| events.iter().position(|e| wanted(e));
+    let position = |wanted: &dyn Fn(&Event) -> bool| events.iter().position(wanted);
     let failed_a = position(&|e| {
         *e == Event::ChannelFailed {
             channel: ch_a,

@@ -1,6 +1,7 @@
 //! Test driver: runs a sender and a receiver against each other over a link
 //! in virtual time and collects what arrived.
-#![allow(dead_code, clippy::pedantic, missing_docs)]
+#![allow(dead_code, reason = "each test binary uses a different part")]
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use diodon_proto::wire::ChannelMeta;
 use diodon_proto::{

@@ -1,0 +1,732 @@
+//! Files: the sending side walks paths into channels (relative name, size,
+//! mtime, mode); the receiving side writes each channel to a staging file,
+//! fsyncs, waits for the core's verdict, and only then renames it into place.
+//!
+//! ```text
+//!  OUT/.diodon-staging/<random>.part ── Complete (digest verified) ──► fsync, chmod, mtime
+//!        │                                                             rename ─► OUT/<name>
+//!        │                                                             fsync(dir)
+//!        └── Failed / Refused / IO error ──► OUT/.diodon-quarantine/<name>.<ts>
+//!                                            OUT/.diodon-quarantine/<name>.<ts>.reason
+//! ```
+//!
+//! A crash leaves at most a staging file (removed at the next start), never
+//! a partial file under its final name. Parent directories are created one
+//! component at a time and an existing symlink is never followed.
+
+use crate::names::{escape, sanitize, SafePath};
+use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
+use crate::send::{SourceHandle, CHUNK};
+use diodon_proto::{ChannelKind, ChannelMeta};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Staging directory under the output directory.
+pub const STAGING: &str = ".diodon-staging";
+/// Quarantine directory under the output directory.
+pub const QUARANTINE: &str = ".diodon-quarantine";
+
+/// A file to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Its channel name (relative, `/`-separated).
+    pub name: String,
+}
+
+/// Errors while collecting files to send.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    /// A path could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A name is not valid UTF-8 or is otherwise unsendable.
+    #[error("{0}: name is not valid UTF-8")]
+    Name(PathBuf),
+}
+
+/// Expands `paths` into files: a file is sent under its file name, a
+/// directory recursively under `dirname/…`. Symlinks and special files are
+/// skipped (and logged), never followed.
+pub fn collect(paths: &[PathBuf]) -> Result<Vec<SourceFile>, WalkError> {
+    let mut out = Vec::new();
+    for path in paths {
+        let io_err = |source| WalkError::Io {
+            path: path.clone(),
+            source,
+        };
+        let meta = fs::metadata(path).map_err(io_err)?;
+        let base = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                // "." or "/": name the entries relative to it.
+                if meta.is_dir() {
+                    Some(String::new())
+                } else {
+                    None
+                }
+            })
+            .ok_or_else(|| WalkError::Name(path.clone()))?;
+        if meta.is_dir() {
+            walk(path, &base, &mut out)?;
+        } else {
+            out.push(SourceFile {
+                path: path.clone(),
+                name: base,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<SourceFile>) -> Result<(), WalkError> {
+    let io_err = |source| WalkError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .map_err(io_err)?
+        .collect::<Result<_, _>>()
+        .map_err(io_err)?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            return Err(WalkError::Name(path));
+        };
+        let name = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let ft = entry.file_type().map_err(|source| WalkError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        if ft.is_dir() {
+            walk(&path, &name, out)?;
+        } else if ft.is_file() {
+            out.push(SourceFile { path, name });
+        } else {
+            tracing::warn!(path = %path.display(), "skipping symlink or special file");
+        }
+    }
+    Ok(())
+}
+
+/// Reads `files` one after the other into channels (runs on a source
+/// thread). Returns how many could not be read (each was aborted).
+pub fn send_files(files: &[SourceFile], handle: &SourceHandle) -> usize {
+    let mut failed = 0;
+    for f in files {
+        if let Err(e) = send_one(f, handle) {
+            tracing::error!(path = %f.path.display(), "{e}");
+            failed += 1;
+        }
+    }
+    failed
+}
+
+fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), String> {
+    let mut file = File::open(&f.path).map_err(|e| format!("open: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+    let cm = ChannelMeta {
+        kind: ChannelKind::File,
+        size: Some(meta.len()),
+        mode: meta.mode() & 0o7777,
+        mtime_sec: meta.mtime(),
+        mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+        name: f.name.clone(),
+    };
+    let token = handle.open(cm).map_err(|e| e.to_string())?;
+    loop {
+        let mut buf = vec![0u8; CHUNK];
+        let n = match read_full(&mut file, &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = handle.abort(token, format!("read: {e}"));
+                return Err(format!("read: {e}"));
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        handle.data(token, buf).map_err(|e| e.to_string())?;
+        if n < CHUNK {
+            break;
+        }
+    }
+    handle.finish(token).map_err(|e| e.to_string())
+}
+
+/// Reads until `buf` is full or EOF.
+pub fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        match r.read(&mut buf[at..]) {
+            Ok(0) => break,
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(at)
+}
+
+/// Errors preparing the output directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    /// IO on the output directory.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A receiver directory is a symlink or not a directory.
+    #[error("{0} must be a directory, not a symlink or file")]
+    NotDir(PathBuf),
+}
+
+struct Staged {
+    name: String,
+    rel: Option<SafePath>,
+    meta: ChannelMeta,
+    tmp: PathBuf,
+    file: Option<File>,
+    written: u64,
+    error: Option<String>,
+}
+
+/// Writes channels as files under an output directory (see module doc).
+#[derive(Debug)]
+pub struct FileSink {
+    out: PathBuf,
+    staging: PathBuf,
+    quarantine: PathBuf,
+    open: HashMap<ChannelKey, Staged>,
+    known: HashMap<ChannelKey, String>,
+    fsync: bool,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("name", &self.name)
+            .field("tmp", &self.tmp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSink {
+    /// Prepares `out` (created if missing), its staging and quarantine
+    /// directories, and removes staging files a crash left behind.
+    pub fn new(out: &Path, fsync: bool) -> Result<Self, OutDirError> {
+        let io_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| OutDirError::Io { path, source }
+        };
+        fs::create_dir_all(out).map_err(io_err(out))?;
+        let staging = out.join(STAGING);
+        let quarantine = out.join(QUARANTINE);
+        for dir in [&staging, &quarantine] {
+            match fs::symlink_metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(OutDirError::NotDir(dir.clone())),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir(dir).map_err(io_err(dir))?;
+                }
+                Err(e) => {
+                    return Err(OutDirError::Io {
+                        path: dir.clone(),
+                        source: e,
+                    })
+                }
+            }
+        }
+        let mut stale = 0;
+        for entry in fs::read_dir(&staging).map_err(io_err(&staging))? {
+            let entry = entry.map_err(io_err(&staging))?;
+            if entry.file_type().is_ok_and(|t| t.is_file()) && fs::remove_file(entry.path()).is_ok()
+            {
+                stale += 1;
+            }
+        }
+        if stale > 0 {
+            tracing::warn!(
+                count = stale,
+                "removed unverified staging files left by an earlier run"
+            );
+        }
+        Ok(FileSink {
+            out: out.to_owned(),
+            staging,
+            quarantine,
+            open: HashMap::new(),
+            known: HashMap::new(),
+            fsync,
+        })
+    }
+
+    fn start(
+        &mut self,
+        key: ChannelKey,
+        meta: ChannelMeta,
+        refused: Option<String>,
+    ) -> Result<(), SinkError> {
+        let rel = sanitize(&meta.name).ok();
+        let tmp = self
+            .staging
+            .join(format!("{:016x}.part", rand::random::<u64>()));
+        let mut staged = Staged {
+            name: meta.name.clone(),
+            rel,
+            meta,
+            tmp,
+            file: None,
+            written: 0,
+            error: refused,
+        };
+        let result = if staged.error.is_none() {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&staged.tmp)
+                .map(|f| staged.file = Some(f))
+                .map_err(|e| format!("cannot create staging file: {e}"))
+        } else {
+            Ok(())
+        };
+        self.known.insert(key, staged.name.clone());
+        if let Err(why) = result {
+            staged.error = Some(why.clone());
+            self.open.insert(key, staged);
+            return Err(SinkError { key, why });
+        }
+        self.open.insert(key, staged);
+        Ok(())
+    }
+
+    fn data(&mut self, key: ChannelKey, offset: u64, data: &[u8]) -> Result<(), SinkError> {
+        let Some(st) = self.open.get_mut(&key) else {
+            return Ok(());
+        };
+        if st.error.is_some() {
+            return Ok(());
+        }
+        let r = if offset == st.written {
+            match st.file.as_mut() {
+                Some(f) => f.write_all(data).map_err(|e| format!("write: {e}")),
+                None => Err("no staging file".to_owned()),
+            }
+        } else {
+            Err(format!("data at offset {offset}, expected {}", st.written))
+        };
+        match r {
+            Ok(()) => {
+                st.written += data.len() as u64;
+                Ok(())
+            }
+            Err(why) => {
+                st.error = Some(why.clone());
+                Err(SinkError { key, why })
+            }
+        }
+    }
+
+    fn complete(
+        &mut self,
+        key: ChannelKey,
+        bytes: u64,
+        digest: [u8; 32],
+    ) -> Option<ChannelOutcome> {
+        let mut st = self.open.remove(&key)?;
+        self.known.remove(&key);
+        let rel = st.rel.clone();
+        let result = match (&st.error, &rel) {
+            (Some(e), _) => Err(e.clone()),
+            (None, None) => Err("unsafe name".to_owned()),
+            (None, Some(_)) if st.written != bytes => {
+                Err(format!("wrote {} bytes, channel has {bytes}", st.written))
+            }
+            (None, Some(rel)) => self.commit(&mut st, rel),
+        };
+        Some(match result {
+            Ok(path) => ChannelOutcome {
+                session: key.session.to_string(),
+                channel: key.channel.0,
+                name: st.name,
+                bytes,
+                location: path.display().to_string(),
+                verdict: Verdict::Verified {
+                    blake3: hex::encode(digest),
+                },
+            },
+            Err(why) => self.quarantine(key, st, &why),
+        })
+    }
+
+    /// fsync, permissions, mtime, rename into place, fsync the directory.
+    fn commit(&self, st: &mut Staged, rel: &SafePath) -> Result<PathBuf, String> {
+        let file = st.file.take().ok_or("no staging file")?;
+        if self.fsync {
+            file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+        }
+        let mode = st.meta.mode & 0o777;
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod: {e}"))?;
+        if let Some(t) = mtime(&st.meta) {
+            file.set_modified(t)
+                .map_err(|e| format!("set mtime: {e}"))?;
+        }
+        drop(file);
+        let dest = self.out.join(rel.as_path());
+        let parent = dest.parent().ok_or("no parent directory")?;
+        ensure_dirs(&self.out, rel.as_path().parent().unwrap_or(Path::new("")))?;
+        match fs::symlink_metadata(&dest) {
+            Ok(m) if m.is_dir() => return Err(format!("{} is a directory", dest.display())),
+            _ => {}
+        }
+        // rename(2) replaces the final component itself (a symlink there is
+        // replaced, not followed).
+        fs::rename(&st.tmp, &dest).map_err(|e| format!("rename: {e}"))?;
+        if self.fsync {
+            if let Ok(d) = File::open(parent) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(dest)
+    }
+
+    fn quarantine(&mut self, key: ChannelKey, st: Staged, why: &str) -> ChannelOutcome {
+        drop(st.file);
+        let ts = diodon_io::unix_time_ms();
+        let base = format!(
+            "{}.{ts}",
+            st.rel
+                .as_ref()
+                .map_or_else(|| escape(&st.name), SafePath::flat)
+        );
+        let dest = self.quarantine.join(&base);
+        let location = if fs::rename(&st.tmp, &dest).is_ok() {
+            dest.display().to_string()
+        } else {
+            "(no data)".to_owned()
+        };
+        let reason = format!(
+            "name: {}\nsession: {}\nchannel: {}\nbytes received: {}\nsize announced: {:?}\nreason: {why}\n",
+            escape(&st.name),
+            key.session,
+            key.channel,
+            st.written,
+            st.meta.size
+        );
+        let _ = fs::write(self.quarantine.join(format!("{base}.reason")), reason);
+        ChannelOutcome {
+            session: key.session.to_string(),
+            channel: key.channel.0,
+            name: st.name,
+            bytes: st.written,
+            location,
+            verdict: Verdict::Failed {
+                reason: why.to_owned(),
+            },
+        }
+    }
+}
+
+impl Sink for FileSink {
+    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+        sanitize(&meta.name)
+            .map(|_| ())
+            .map_err(|e| format!("unsafe name: {e}"))
+    }
+
+    fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
+        match event {
+            SinkEvent::Opened { key, meta } => self.start(key, meta, None).map(|()| None),
+            SinkEvent::Refused { key, meta, why } => {
+                let _ = self.start(key, meta, Some(why));
+                Ok(None)
+            }
+            SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
+            SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
+            SinkEvent::Failed { key, reason } => {
+                let why = reason.to_string();
+                if let Some(mut st) = self.open.remove(&key) {
+                    self.known.remove(&key);
+                    // A refusal's own reason is more precise than "rejected: …".
+                    let why = st.error.take().unwrap_or(why);
+                    Ok(Some(self.quarantine(key, st, &why)))
+                } else {
+                    let name = format!("channel-{}-{}", key.session, key.channel);
+                    let st = Staged {
+                        name: name.clone(),
+                        rel: sanitize(&name).ok(),
+                        meta: ChannelMeta::file(name, 0),
+                        tmp: self.staging.join("-"),
+                        file: None,
+                        written: 0,
+                        error: None,
+                    };
+                    Ok(Some(self.quarantine(key, st, &why)))
+                }
+            }
+        }
+    }
+}
+
+/// The channel's mtime, if representable.
+fn mtime(meta: &ChannelMeta) -> Option<SystemTime> {
+    let secs = u64::try_from(meta.mtime_sec).ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, meta.mtime_nsec.min(999_999_999)))
+}
+
+/// Creates `rel`'s directories under `root` one component at a time,
+/// refusing to pass through anything that is not a real directory.
+fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), String> {
+    let mut at = root.to_owned();
+    for c in rel.components() {
+        at.push(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symlink: refusing to follow it",
+                    at.display()
+                ));
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(format!("{} exists and is not a directory", at.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&at).map_err(|e| format!("mkdir {}: {e}", at.display()))?;
+            }
+            Err(e) => return Err(format!("{}: {e}", at.display())),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diodon_proto::{ChannelId, FailReason, SessionId};
+
+    fn key(c: u32) -> ChannelKey {
+        ChannelKey {
+            session: SessionId(7),
+            channel: ChannelId(c),
+        }
+    }
+
+    fn meta(name: &str, size: u64) -> ChannelMeta {
+        let mut m = ChannelMeta::file(name, size);
+        m.mode = 0o4755;
+        m.mtime_sec = 1_600_000_000;
+        m
+    }
+
+    fn staging_is_empty(out: &Path) -> bool {
+        fs::read_dir(out.join(STAGING)).unwrap().next().is_none()
+    }
+
+    #[test]
+    fn complete_file_is_renamed_with_sanitized_mode_and_mtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = FileSink::new(dir.path(), true).unwrap();
+        sink.handle(SinkEvent::Opened {
+            key: key(1),
+            meta: meta("a/b/c.txt", 5),
+        })
+        .unwrap();
+        assert!(!dir.path().join("a/b/c.txt").exists());
+        sink.handle(SinkEvent::Data {
+            key: key(1),
+            offset: 0,
+            data: b"hel".to_vec(),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Data {
+            key: key(1),
+            offset: 3,
+            data: b"lo".to_vec(),
+        })
+        .unwrap();
+        // Not yet verified: nothing under the final name.
+        assert!(!dir.path().join("a/b/c.txt").exists());
+        let out = sink
+            .handle(SinkEvent::Complete {
+                key: key(1),
+                bytes: 5,
+                digest: [1; 32],
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Verified { .. }), "{out:?}");
+        let p = dir.path().join("a/b/c.txt");
+        assert_eq!(fs::read(&p).unwrap(), b"hello");
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o755, "setuid stripped");
+        assert_eq!(m.mtime(), 1_600_000_000);
+        assert!(staging_is_empty(dir.path()));
+    }
+
+    #[test]
+    fn failed_channel_goes_to_quarantine_with_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        sink.handle(SinkEvent::Opened {
+            key: key(2),
+            meta: meta("x.bin", 10),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Data {
+            key: key(2),
+            offset: 0,
+            data: vec![1; 4],
+        })
+        .unwrap();
+        let out = sink
+            .handle(SinkEvent::Failed {
+                key: key(2),
+                reason: FailReason::BlockLost { block: 1, count: 1 },
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Failed { .. }));
+        assert!(!dir.path().join("x.bin").exists());
+        let q: Vec<_> = fs::read_dir(dir.path().join(QUARANTINE))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(q.len(), 2, "{q:?}");
+        let reason = q
+            .iter()
+            .find(|n| n.to_string_lossy().ends_with(".reason"))
+            .unwrap();
+        let text = fs::read_to_string(dir.path().join(QUARANTINE).join(reason)).unwrap();
+        assert!(text.contains("block 1 lost"), "{text}");
+        assert!(staging_is_empty(dir.path()));
+    }
+
+    #[test]
+    fn symlinked_directory_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        sink.handle(SinkEvent::Opened {
+            key: key(3),
+            meta: meta("link/evil", 1),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Data {
+            key: key(3),
+            offset: 0,
+            data: vec![0],
+        })
+        .unwrap();
+        let out = sink
+            .handle(SinkEvent::Complete {
+                key: key(3),
+                bytes: 1,
+                digest: [0; 32],
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(&out.verdict, Verdict::Failed { reason } if reason.contains("symlink")),
+            "{out:?}"
+        );
+        assert!(!outside.path().join("evil").exists());
+    }
+
+    #[test]
+    fn refused_name_is_quarantined_without_touching_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        let m = meta("../escape", 1);
+        assert!(FileSink::admit(&m).is_err());
+        sink.handle(SinkEvent::Refused {
+            key: key(4),
+            meta: m,
+            why: "unsafe name".into(),
+        })
+        .unwrap();
+        let out = sink
+            .handle(SinkEvent::Failed {
+                key: key(4),
+                reason: FailReason::Rejected("unsafe name".into()),
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Failed { .. }));
+        assert!(!dir.path().parent().unwrap().join("escape").exists());
+    }
+
+    #[test]
+    fn stale_staging_files_are_removed_on_start() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(FileSink::new(dir.path(), false).unwrap());
+        fs::write(dir.path().join(STAGING).join("dead.part"), b"partial").unwrap();
+        drop(FileSink::new(dir.path(), false).unwrap());
+        assert!(staging_is_empty(dir.path()));
+    }
+
+    #[test]
+    fn wrong_length_is_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        sink.handle(SinkEvent::Opened {
+            key: key(5),
+            meta: meta("short", 3),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Data {
+            key: key(5),
+            offset: 0,
+            data: vec![1, 2],
+        })
+        .unwrap();
+        let out = sink
+            .handle(SinkEvent::Complete {
+                key: key(5),
+                bytes: 3,
+                digest: [0; 32],
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Failed { .. }));
+        assert!(!dir.path().join("short").exists());
+    }
+
+    #[test]
+    fn collect_walks_directories_with_relative_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tree");
+        fs::create_dir_all(root.join("sub")).unwrap();
+        fs::write(root.join("a"), b"1").unwrap();
+        fs::write(root.join("sub/b"), b"2").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("sub/link")).unwrap();
+        let files = collect(&[root]).unwrap();
+        let names: Vec<_> = files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["tree/a", "tree/sub/b"]);
+    }
+}

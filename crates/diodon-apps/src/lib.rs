@@ -1,0 +1,59 @@
+//! Diodon's applications: the threaded drivers that run the sans-IO core on
+//! real sockets, and what they carry (files, a pipe, TCP streams).
+//!
+//! ```text
+//!  SENDER                                                      (send.rs)
+//!  source threads ──SourceMsg──► bounded queue ──► core thread ──► BatchSender
+//!  (files, stdin, TCP conns)     (blocks producers)   Sender + pacing   sendmsg+GSO
+//!
+//!  RECEIVER                                                    (recv.rs)
+//!  net thread ──NetBatch──► bounded ──► decoder thread ──SinkEvent──► bounded ──► writer thread
+//!  recvmmsg+GRO only         queue      Receiver core                 queue       Sink (files,
+//!        ▲                                    ▲                                    stdout, TCP)
+//!        └── recycled buffers ◄───────────────┘◄──────── channel failures ─────────┘
+//! ```
+//!
+//! Every queue is bounded and blocks its producer: nothing inside the
+//! pipeline is dropped. The only loss points are the link and the kernel's
+//! socket buffer, and both are counted.
+//!
+//! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
+//! sanitizer), [`files`] (file source and the staging/verify/rename sink),
+//! [`stream`] (stdin/stdout and TCP).
+
+pub mod files;
+pub mod names;
+pub mod recv;
+pub mod send;
+pub mod stream;
+
+pub use recv::{
+    run_receiver, ChannelKey, ChannelOutcome, RecvOptions, RecvProgress, RecvReport, Sink,
+    SinkError, SinkEvent, Verdict,
+};
+pub use send::{
+    run_sender, SendOptions, SendProgress, SendReport, SentChannel, SourceHandle, SourceMsg,
+};
+
+/// Errors that end a pipeline (as opposed to failing one channel).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// Socket setup or IO failed.
+    #[error("UDP: {0}")]
+    Udp(#[from] diodon_io::UdpError),
+    /// The core refused the configuration.
+    #[error("configuration: {0}")]
+    Config(#[from] diodon_proto::ConfigError),
+    /// A pipeline thread could not be started or panicked.
+    #[error("thread {0} failed")]
+    Thread(&'static str),
+    /// Output directory or other local IO problem.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}

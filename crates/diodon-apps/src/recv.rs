@@ -1,0 +1,580 @@
+//! The receiving pipeline: three threads joined by bounded queues.
+//!
+//! ```text
+//!  net thread                 decoder thread                    writer thread
+//!  BatchReceiver::recv_batch  Receiver::handle_datagram          Sink::handle
+//!  (recvmmsg + GRO, nothing   handle_timeout, poll_event,        (files, stdout, TCP)
+//!   else) ──NetBatch──► [queue_batches] ──► admit names ──SinkEvent──► [event_queue] ──►
+//!        ▲                         │   ▲                                    │
+//!        └──── empty buffers ◄─────┘   └──── reject_channel(why) ◄──────────┘
+//! ```
+//!
+//! A full queue blocks its producer: the net thread then stops draining and
+//! the kernel socket buffer absorbs the burst (its overflow is counted with
+//! `SO_RXQ_OVFL` and reported as socket drops). Nothing inside is dropped.
+//! A sink error on one channel goes back to the decoder, which fails that
+//! channel in the core (`reject_channel`); the failure then flows to the
+//! sink like any other verdict (quarantine, reset connection).
+
+use crate::PipelineError;
+use diodon_io::{BatchReceiver, MonotonicClock, SetupWarning, UdpConfig};
+use diodon_proto::{
+    ChannelId, ChannelMeta, Event, FailReason, Receiver, ReceiverConfig, ReceiverStats, SessionId,
+    Timestamp,
+};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+/// A channel across sessions (channel ids restart with each sender session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelKey {
+    /// Session.
+    pub session: SessionId,
+    /// Channel within it.
+    pub channel: ChannelId,
+}
+
+impl std::fmt::Display for ChannelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.session, self.channel)
+    }
+}
+
+/// What the writer thread's sink gets, in channel order.
+#[derive(Debug)]
+pub enum SinkEvent {
+    /// A channel opened and its name was admitted.
+    Opened {
+        /// Channel.
+        key: ChannelKey,
+        /// Metadata.
+        meta: ChannelMeta,
+    },
+    /// A channel whose metadata was refused (name, kind); the core fails it.
+    Refused {
+        /// Channel.
+        key: ChannelKey,
+        /// Metadata.
+        meta: ChannelMeta,
+        /// Why.
+        why: String,
+    },
+    /// Bytes, contiguous with the previous ones of the channel.
+    Data {
+        /// Channel.
+        key: ChannelKey,
+        /// Offset in the channel.
+        offset: u64,
+        /// Bytes.
+        data: Vec<u8>,
+    },
+    /// Every byte arrived and the digest matched.
+    Complete {
+        /// Channel.
+        key: ChannelKey,
+        /// Total bytes.
+        bytes: u64,
+        /// Verified BLAKE3 digest.
+        digest: [u8; 32],
+    },
+    /// The channel failed.
+    Failed {
+        /// Channel.
+        key: ChannelKey,
+        /// Why.
+        reason: FailReason,
+    },
+}
+
+/// A sink could not handle one channel (the channel fails, the pipeline
+/// goes on).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("channel {key}: {why}")]
+pub struct SinkError {
+    /// Channel.
+    pub key: ChannelKey,
+    /// Why.
+    pub why: String,
+}
+
+/// The final word on a channel.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Delivered and verified.
+    Verified {
+        /// BLAKE3, hex.
+        blake3: String,
+    },
+    /// Failed.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One channel's outcome as the sink saw it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChannelOutcome {
+    /// Session id, hex.
+    pub session: String,
+    /// Channel id.
+    pub channel: u32,
+    /// Name as announced (possibly hostile; display only).
+    pub name: String,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Where it ended up (final path, quarantine path, destination).
+    pub location: String,
+    /// Verdict.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Where channel bytes go; runs on the writer thread.
+pub trait Sink: Send + 'static {
+    /// Decides on the decoder thread whether a channel is acceptable (names,
+    /// kinds). Must be cheap and must not block.
+    fn admit(meta: &ChannelMeta) -> Result<(), String>
+    where
+        Self: Sized;
+
+    /// Handles one event. An `Err` fails the channel; an outcome is the
+    /// channel's final verdict.
+    fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError>;
+}
+
+/// How to run the receiver.
+#[derive(Debug, Clone)]
+pub struct RecvOptions {
+    /// The core's configuration.
+    pub config: ReceiverConfig,
+    /// The socket.
+    pub udp: UdpConfig,
+    /// Net → decoder queue, in batches (each up to `udp.recv_slots` datagrams).
+    pub queue_batches: usize,
+    /// Decoder → writer queue, in events (a data event is one block).
+    pub event_queue: usize,
+    /// Return once channels were seen, every one is decided and the link is silent.
+    pub once: bool,
+}
+
+/// Live counters for a progress display.
+#[derive(Debug, Default)]
+pub struct RecvProgress {
+    /// Datagrams received from the socket.
+    pub datagrams: AtomicU64,
+    /// Channel bytes delivered by the core.
+    pub bytes: AtomicU64,
+    /// Channels verified.
+    pub complete: AtomicU64,
+    /// Channels failed.
+    pub failed: AtomicU64,
+    /// Kernel socket drops so far.
+    pub socket_drops: AtomicU64,
+    /// Size announced by the latest opened channel.
+    pub current_size: AtomicU64,
+}
+
+/// What the receiver saw.
+#[derive(Debug, Clone)]
+pub struct RecvReport {
+    /// Core counters.
+    pub stats: ReceiverStats,
+    /// Datagrams the net thread got from the socket.
+    pub socket_datagrams: u64,
+    /// Kernel drops on our socket (`SO_RXQ_OVFL`).
+    pub socket_drops: u64,
+    /// Times the net thread found the decoder queue full and had to wait.
+    pub queue_full: u64,
+    /// Effective receive buffer.
+    pub rcvbuf: usize,
+    /// Setup warnings (capped buffer, …).
+    pub warnings: Vec<SetupWarning>,
+    /// Every channel's outcome, in decision order.
+    pub channels: Vec<ChannelOutcome>,
+    /// First datagram to last verdict.
+    pub duration: Duration,
+    /// Sessions seen.
+    pub sessions: Vec<String>,
+    /// Configuration mismatches reported by the core.
+    pub mismatches: Vec<String>,
+}
+
+impl RecvReport {
+    /// Channels that were not verified.
+    pub fn failed(&self) -> usize {
+        self.channels
+            .iter()
+            .filter(|c| matches!(c.verdict, Verdict::Failed { .. }))
+            .count()
+    }
+}
+
+/// Datagrams of one `recv_batch`, copied out of the socket's slots.
+struct NetBatch {
+    at: Timestamp,
+    buf: Vec<u8>,
+    lens: Vec<u32>,
+    drops: u64,
+}
+
+/// Runs the receiver until `stop` is set (or, with `once`, the first
+/// transfer ends). The calling thread becomes the decoder; the net and writer
+/// threads are spawned and joined here.
+pub fn run_receiver<S: Sink>(
+    opts: &RecvOptions,
+    sink: S,
+    progress: &Arc<RecvProgress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<RecvReport, PipelineError> {
+    let udp = BatchReceiver::open(&opts.udp)?;
+    let setup = udp.setup().clone();
+    tracing::info!(local = %setup.local, rcvbuf = setup.rcvbuf, gro = setup.gro, "receiver listening");
+    for w in &setup.warnings {
+        tracing::warn!("{w}");
+    }
+    let clock = MonotonicClock::new();
+    let (net_tx, net_rx) = mpsc::sync_channel::<NetBatch>(opts.queue_batches.max(1));
+    let (pool_tx, pool_rx) = mpsc::sync_channel::<NetBatch>(opts.queue_batches.max(1));
+    let (ev_tx, ev_rx) = mpsc::sync_channel::<SinkEvent>(opts.event_queue.max(1));
+    // Bounded by the number of channels in flight: at most one per channel.
+    let (fail_tx, fail_rx) = mpsc::channel::<SinkError>();
+
+    let net_stop = Arc::clone(stop);
+    let net_progress = Arc::clone(progress);
+    let net = thread::Builder::new()
+        .name("diodon-net".into())
+        .spawn(move || net_loop(udp, clock, &net_tx, &pool_rx, &net_stop, &net_progress))
+        .map_err(|_| PipelineError::Thread("net"))?;
+    let writer_progress = Arc::clone(progress);
+    let writer = thread::Builder::new()
+        .name("diodon-writer".into())
+        .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress))
+        .map_err(|_| PipelineError::Thread("writer"))?;
+
+    let mut dec = Decoder {
+        core: Receiver::new(opts.config.clone(), clock.now()),
+        clock,
+        session: None,
+        ev_tx,
+        sessions: Vec::new(),
+        mismatches: Vec::new(),
+        seen_channels: 0,
+        decided: 0,
+        silent: false,
+        first: None,
+        last_verdict: None,
+        last_now: Timestamp::ZERO,
+        drops: 0,
+        progress: Arc::clone(progress),
+        admit: S::admit,
+    };
+    let result = dec.run(opts.once, &net_rx, &pool_tx, &fail_rx, stop);
+    stop.store(true, Ordering::Relaxed);
+    drop(net_rx);
+    let stats = dec.core.stats();
+    let Decoder {
+        ev_tx,
+        sessions,
+        mismatches,
+        first,
+        last_verdict,
+        drops,
+        ..
+    } = dec;
+    drop(ev_tx);
+    let net_result = net.join().map_err(|_| PipelineError::Thread("net"))?;
+    let channels = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
+    result?;
+    let (socket_datagrams, queue_full, final_drops) = net_result?;
+    Ok(RecvReport {
+        stats,
+        socket_datagrams,
+        socket_drops: final_drops.max(drops),
+        queue_full,
+        rcvbuf: setup.rcvbuf,
+        warnings: setup.warnings,
+        channels,
+        duration: match (first, last_verdict) {
+            (Some(a), Some(b)) => b.saturating_duration_since(a),
+            _ => Duration::ZERO,
+        },
+        sessions,
+        mismatches,
+    })
+}
+
+/// The net thread: drains the socket, nothing else.
+fn net_loop(
+    mut udp: BatchReceiver,
+    clock: MonotonicClock,
+    tx: &SyncSender<NetBatch>,
+    pool: &Rx<NetBatch>,
+    stop: &AtomicBool,
+    progress: &RecvProgress,
+) -> Result<(u64, u64, u64), PipelineError> {
+    let mut total = 0u64;
+    let mut queue_full = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let batch = udp.recv_batch(Some(Duration::from_millis(50)))?;
+        if batch.is_empty() {
+            continue;
+        }
+        let mut out = pool.try_recv().unwrap_or_else(|_| NetBatch {
+            at: Timestamp::ZERO,
+            buf: Vec::with_capacity(batch.bytes()),
+            lens: Vec::with_capacity(batch.len()),
+            drops: 0,
+        });
+        out.buf.clear();
+        out.lens.clear();
+        for d in &batch {
+            out.buf.extend_from_slice(d.data);
+            out.lens.push(d.data.len() as u32);
+        }
+        out.at = clock.now();
+        total += out.lens.len() as u64;
+        progress
+            .datagrams
+            .fetch_add(out.lens.len() as u64, Ordering::Relaxed);
+        out.drops = udp.socket_drops();
+        progress.socket_drops.store(out.drops, Ordering::Relaxed);
+        match tx.try_send(out) {
+            Ok(()) => {}
+            Err(mpsc::TrySendError::Full(out)) => {
+                queue_full += 1;
+                if tx.send(out).is_err() {
+                    break;
+                }
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => break,
+        }
+    }
+    let drops = udp.socket_drops_now().unwrap_or(0).max(udp.socket_drops());
+    Ok((total, queue_full, drops))
+}
+
+/// The writer thread: feeds the sink, returns every channel's outcome.
+fn writer_loop<S: Sink>(
+    mut sink: S,
+    rx: &Rx<SinkEvent>,
+    fail: &mpsc::Sender<SinkError>,
+    progress: &RecvProgress,
+) -> Vec<ChannelOutcome> {
+    let mut outcomes = Vec::new();
+    while let Ok(ev) = rx.recv() {
+        match sink.handle(ev) {
+            Ok(Some(outcome)) => {
+                match &outcome.verdict {
+                    Verdict::Verified { blake3 } => {
+                        progress.complete.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(name = %outcome.name, bytes = outcome.bytes, blake3 = %blake3, location = %outcome.location, "channel verified");
+                    }
+                    Verdict::Failed { reason } => {
+                        progress.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(name = %outcome.name, location = %outcome.location, "channel failed: {reason}");
+                    }
+                }
+                outcomes.push(outcome);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!("{e}");
+                // The decoder may be gone at shutdown; the sink already
+                // recorded the failure then.
+                let _ = fail.send(e);
+            }
+        }
+    }
+    outcomes
+}
+
+struct Decoder {
+    core: Receiver,
+    clock: MonotonicClock,
+    session: Option<SessionId>,
+    ev_tx: SyncSender<SinkEvent>,
+    sessions: Vec<String>,
+    mismatches: Vec<String>,
+    seen_channels: u64,
+    decided: u64,
+    silent: bool,
+    first: Option<Timestamp>,
+    last_verdict: Option<Timestamp>,
+    last_now: Timestamp,
+    drops: u64,
+    progress: Arc<RecvProgress>,
+    admit: fn(&ChannelMeta) -> Result<(), String>,
+}
+
+/// The writer thread stopped (it only does when its queue closes).
+struct WriterGone;
+
+impl Decoder {
+    fn run(
+        &mut self,
+        once: bool,
+        net: &Rx<NetBatch>,
+        pool: &SyncSender<NetBatch>,
+        fails: &Rx<SinkError>,
+        stop: &AtomicBool,
+    ) -> Result<(), PipelineError> {
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let now = self.clock.now();
+            let wait = self
+                .core
+                .poll_timeout()
+                .map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(now)
+                })
+                .min(Duration::from_millis(50));
+            // The core's time follows arrival times while batches are queued,
+            // so a decoder that lags behind the socket never sees datagrams
+            // "from the past" (that would turn its reorder grace into zero).
+            let core_now = match net.recv_timeout(wait) {
+                Ok(batch) => {
+                    self.first.get_or_insert(batch.at);
+                    self.drops = batch.drops;
+                    let at = batch.at.max(self.last_now);
+                    let mut off = 0usize;
+                    for len in &batch.lens {
+                        let end = off + *len as usize;
+                        self.core.handle_datagram(at, &batch.buf[off..end]);
+                        off = end;
+                    }
+                    let _ = pool.try_send(batch);
+                    at
+                }
+                Err(RecvTimeoutError::Timeout) => self.clock.now().max(self.last_now),
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            };
+            self.last_now = core_now;
+            while let Ok(e) = fails.try_recv() {
+                if Some(e.key.session) == self.core.session_id() {
+                    self.core.reject_channel(e.key.channel, e.why);
+                }
+            }
+            self.core.handle_timeout(core_now);
+            if self.drain().is_err() {
+                return Ok(());
+            }
+            if once
+                && self.silent
+                && self.seen_channels > 0
+                && self.core.open_channels() == 0
+                && self.decided >= self.seen_channels
+            {
+                tracing::info!("transfer over: every channel decided and the link is silent");
+                return Ok(());
+            }
+        }
+    }
+
+    fn key(&self, channel: ChannelId) -> ChannelKey {
+        ChannelKey {
+            session: self.session.unwrap_or(SessionId(0)),
+            channel,
+        }
+    }
+
+    fn forward(&self, ev: SinkEvent) -> Result<(), WriterGone> {
+        self.ev_tx.send(ev).map_err(|_| WriterGone)
+    }
+
+    fn drain(&mut self) -> Result<(), WriterGone> {
+        while let Some(ev) = self.core.poll_event() {
+            match ev {
+                Event::SessionStarted { session } => {
+                    tracing::info!(%session, "session started");
+                    self.session = Some(session);
+                    self.sessions.push(session.to_string());
+                }
+                Event::SessionRestarted { old, new } => {
+                    tracing::warn!(%old, %new, "sender restarted: new session");
+                    self.session = Some(new);
+                    self.sessions.push(new.to_string());
+                }
+                Event::SessionExpired { session } => {
+                    tracing::info!(%session, "session expired");
+                }
+                Event::SessionParams { beacon } => {
+                    tracing::info!(
+                        symbol = beacon.symbol_size,
+                        k = beacon.block_symbols,
+                        m = beacon.repair_symbols,
+                        interleave = beacon.interleave_depth,
+                        rate_bps = beacon.rate_bps,
+                        "session parameters"
+                    );
+                }
+                Event::ChannelOpened { channel, meta } => {
+                    let key = self.key(channel);
+                    self.seen_channels += 1;
+                    self.progress
+                        .current_size
+                        .store(meta.size.unwrap_or(0), Ordering::Relaxed);
+                    match (self.admit)(&meta) {
+                        Ok(()) => {
+                            tracing::info!(%key, name = %meta.name.escape_debug(), size = ?meta.size, "channel opened");
+                            self.forward(SinkEvent::Opened { key, meta })?;
+                        }
+                        Err(why) => {
+                            tracing::warn!(%key, name = %meta.name.escape_debug(), "channel refused: {why}");
+                            self.core.reject_channel(channel, why.clone());
+                            self.forward(SinkEvent::Refused { key, meta, why })?;
+                        }
+                    }
+                }
+                Event::ChannelData {
+                    channel,
+                    offset,
+                    data,
+                } => {
+                    self.progress
+                        .bytes
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    let key = self.key(channel);
+                    self.forward(SinkEvent::Data { key, offset, data })?;
+                }
+                Event::ChannelComplete {
+                    channel,
+                    bytes,
+                    digest,
+                } => {
+                    self.decided += 1;
+                    self.last_verdict = Some(self.clock.now());
+                    let key = self.key(channel);
+                    self.forward(SinkEvent::Complete { key, bytes, digest })?;
+                }
+                Event::ChannelFailed { channel, reason } => {
+                    let key = self.key(channel);
+                    self.decided += 1;
+                    // A channel whose open never arrived still counts as seen.
+                    self.seen_channels = self.seen_channels.max(self.decided);
+                    self.last_verdict = Some(self.clock.now());
+                    self.forward(SinkEvent::Failed { key, reason })?;
+                }
+                Event::ConfigMismatch(m) => {
+                    tracing::error!("configuration mismatch: {m:?}");
+                    self.mismatches.push(format!("{m:?}"));
+                }
+                Event::LinkSilent { .. } => {
+                    self.silent = true;
+                    tracing::debug!("link silent");
+                }
+                Event::LinkResumed => {
+                    self.silent = false;
+                    tracing::debug!("link resumed");
+                }
+            }
+        }
+        Ok(())
+    }
+}

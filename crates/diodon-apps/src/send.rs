@@ -1,0 +1,473 @@
+//! The sending pipeline: source threads feed a bounded queue; one core thread
+//! owns the [`Sender`] state machine, paces with the monotonic clock and hands
+//! GSO batches to [`BatchSender`].
+//!
+//! ```text
+//!  source thread(s) ──SourceMsg──► sync_channel(queue_chunks) ──► core thread
+//!    open / data / finish / abort   (full: the source blocks)      │ write ≤ writable()
+//!                                                                  │ poll_batch ─► BatchSender::send
+//!                                                                  │ sleep_until(poll_timeout)
+//!                                                                  ▼ events ─► SendReport
+//! ```
+//!
+//! A source gets a [`SourceHandle`]; each channel it opens is identified by a
+//! token (the core's [`ChannelId`] is assigned on the core thread). Messages
+//! of one source keep their order. When every handle is dropped and the core
+//! is idle, the thread lingers a few beacons (so the receiver sees the final
+//! channel table) and returns its [`SendReport`].
+
+use crate::PipelineError;
+use diodon_io::{BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig};
+use diodon_proto::{
+    ChannelId, ChannelMeta, Sender, SenderConfig, SenderEvent, SenderStats, SessionId,
+};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a source tells the core thread.
+#[derive(Debug)]
+pub enum SourceMsg {
+    /// A new channel; `token` names it in the following messages.
+    Open {
+        /// Source-chosen id (from [`SourceHandle::open`]).
+        token: u64,
+        /// Metadata announced to the receiver.
+        meta: ChannelMeta,
+    },
+    /// Bytes of the channel, in order.
+    Data {
+        /// Channel token.
+        token: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// End of the channel's bytes.
+    Finish {
+        /// Channel token.
+        token: u64,
+    },
+    /// The source failed (read error, connection reset): the receiver fails
+    /// the channel.
+    Abort {
+        /// Channel token.
+        token: u64,
+        /// Why (logged).
+        reason: String,
+    },
+}
+
+/// The queue closed: the core thread has stopped.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the sender pipeline has stopped")]
+pub struct Closed;
+
+/// A producer's end of the sender's bounded input queue. Clone it per source
+/// thread; the pipeline ends when every clone is dropped.
+#[derive(Debug, Clone)]
+pub struct SourceHandle {
+    tx: SyncSender<SourceMsg>,
+    tokens: Arc<AtomicU64>,
+}
+
+impl SourceHandle {
+    /// Announces a channel and returns its token.
+    pub fn open(&self, meta: ChannelMeta) -> Result<u64, Closed> {
+        let token = self.tokens.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send(SourceMsg::Open { token, meta })
+            .map_err(|_| Closed)?;
+        Ok(token)
+    }
+
+    /// Queues bytes (blocks while the queue is full).
+    pub fn data(&self, token: u64, data: Vec<u8>) -> Result<(), Closed> {
+        self.tx
+            .send(SourceMsg::Data { token, data })
+            .map_err(|_| Closed)
+    }
+
+    /// Ends the channel.
+    pub fn finish(&self, token: u64) -> Result<(), Closed> {
+        self.tx
+            .send(SourceMsg::Finish { token })
+            .map_err(|_| Closed)
+    }
+
+    /// Gives the channel up.
+    pub fn abort(&self, token: u64, reason: impl Into<String>) -> Result<(), Closed> {
+        self.tx
+            .send(SourceMsg::Abort {
+                token,
+                reason: reason.into(),
+            })
+            .map_err(|_| Closed)
+    }
+}
+
+/// How to run the sender.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// The core's configuration.
+    pub config: SenderConfig,
+    /// Where datagrams go.
+    pub dest: SocketAddr,
+    /// Local socket.
+    pub udp: UdpConfig,
+    /// Capacity of the input queue, in messages (each data message is one
+    /// chunk of at most [`CHUNK`] bytes).
+    pub queue_chunks: usize,
+    /// How long to keep sending beacons once everything left.
+    pub linger: Duration,
+}
+
+/// Bytes per data message that sources should read at once.
+pub const CHUNK: usize = 256 * 1024;
+
+/// Live counters for a progress display (updated by the core thread).
+#[derive(Debug, Default)]
+pub struct SendProgress {
+    /// Channel bytes accepted by the core.
+    pub bytes: AtomicU64,
+    /// Datagrams handed to the kernel.
+    pub datagrams: AtomicU64,
+    /// Total bytes expected (sum of known file sizes), 0 if unknown.
+    pub total_hint: AtomicU64,
+}
+
+/// A channel the sender finished.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SentChannel {
+    /// Channel name.
+    pub name: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// BLAKE3 digest, hex (empty when aborted or refused).
+    pub digest: String,
+    /// `sent`, `aborted` or `refused: …`.
+    pub status: String,
+}
+
+/// What the sender did.
+#[derive(Debug, Clone)]
+pub struct SendReport {
+    /// Session id.
+    pub session: SessionId,
+    /// Core counters.
+    pub stats: SenderStats,
+    /// Socket counters (ENOBUFS retries etc.).
+    pub io: SenderCounters,
+    /// Every channel, in the order it ended.
+    pub channels: Vec<SentChannel>,
+    /// From the first to the last datagram of channel data (without linger).
+    pub duration: Duration,
+    /// Socket setup warnings.
+    pub warnings: Vec<SetupWarning>,
+    /// Whether GSO was used.
+    pub gso: bool,
+}
+
+impl SendReport {
+    /// Channels that did not go out complete.
+    pub fn failed(&self) -> usize {
+        self.channels.iter().filter(|c| c.status != "sent").count()
+    }
+}
+
+/// Creates the bounded input queue: the handle for sources, the receiving end
+/// for [`run_sender`].
+pub fn queue(capacity: usize) -> (SourceHandle, Receiver<SourceMsg>) {
+    let (tx, rx) = mpsc::sync_channel(capacity.max(1));
+    (
+        SourceHandle {
+            tx,
+            tokens: Arc::new(AtomicU64::new(1)),
+        },
+        rx,
+    )
+}
+
+struct Chan {
+    id: Option<ChannelId>,
+    name: String,
+}
+
+/// The core thread's state.
+struct Core {
+    sender: Sender,
+    udp: BatchSender,
+    dest: SocketAddr,
+    clock: MonotonicClock,
+    tokens: HashMap<u64, Chan>,
+    by_id: HashMap<ChannelId, String>,
+    pending: Option<(ChannelId, Vec<u8>, usize)>,
+    input_done: bool,
+    report: Vec<SentChannel>,
+    first_send: Option<diodon_proto::Timestamp>,
+    last_data: diodon_proto::Timestamp,
+    progress: Arc<SendProgress>,
+    buf: Vec<u8>,
+    /// Extra wait after the pacer's next permission so that a whole GSO
+    /// batch accumulates (one syscall per batch, not per datagram).
+    batch_gap: Duration,
+}
+
+/// Runs the core thread's loop on the calling thread until every
+/// [`SourceHandle`] is dropped and everything left (or `stop` is set, which
+/// aborts the open channels first).
+pub fn run_sender(
+    opts: &SendOptions,
+    input: &Receiver<SourceMsg>,
+    progress: Arc<SendProgress>,
+    stop: &AtomicBool,
+) -> Result<SendReport, PipelineError> {
+    let clock = MonotonicClock::new();
+    let udp = BatchSender::open(&opts.udp)?;
+    let mut config = opts.config.clone();
+    if config.start_unix_ms == 0 {
+        config.start_unix_ms = diodon_io::unix_time_ms();
+    }
+    let session = SessionId(rand::random::<u64>());
+    let now = clock.now();
+    let batch_gap = if config.rate.is_unlimited() {
+        Duration::ZERO
+    } else {
+        let bits = (config.max_batch.saturating_sub(1)
+            * (config.datagram_len() + config.per_datagram_overhead)) as u64
+            * 8;
+        Duration::from_nanos(bits.saturating_mul(1_000_000_000) / config.rate.bps())
+            .min(Duration::from_millis(2))
+    };
+    let sender = Sender::new(config, session, now)?;
+    tracing::info!(%session, dest = %opts.dest, local = %udp.local_addr(), gso = udp.gso_enabled(), "sender started");
+    for w in &udp.setup().warnings {
+        tracing::warn!("{w}");
+    }
+    let mut core = Core {
+        sender,
+        udp,
+        dest: opts.dest,
+        clock,
+        tokens: HashMap::new(),
+        by_id: HashMap::new(),
+        pending: None,
+        input_done: false,
+        report: Vec::new(),
+        first_send: None,
+        last_data: now,
+        progress,
+        buf: Vec::with_capacity(70_000),
+        batch_gap,
+    };
+    let mut idle_since: Option<diodon_proto::Timestamp> = None;
+    let mut stopping = false;
+    loop {
+        let mut now = core.clock.now();
+        if !stopping && stop.load(Ordering::Relaxed) {
+            stopping = true;
+            core.abort_all(now, "sender stopped");
+        }
+        core.ingest(now, input);
+        core.sender.handle_timeout(now);
+        while core.send_batch(now)? {
+            now = core.clock.now();
+            core.ingest(now, input);
+        }
+        core.drain_events();
+        if core.input_done && core.pending.is_none() && core.sender.is_idle() {
+            let since = *idle_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= opts.linger {
+                break;
+            }
+        } else {
+            idle_since = None;
+        }
+        core.wait(now, input);
+    }
+    let duration = core.first_send.map_or(Duration::ZERO, |f| {
+        core.last_data.saturating_duration_since(f)
+    });
+    tracing::info!(%session, "sender finished");
+    Ok(SendReport {
+        session,
+        stats: core.sender.stats().clone(),
+        io: core.udp.counters(),
+        channels: core.report,
+        duration,
+        warnings: core.udp.setup().warnings.clone(),
+        gso: core.udp.gso_enabled(),
+    })
+}
+
+impl Core {
+    /// Moves queued input into the core as far as its buffer allows.
+    fn ingest(&mut self, now: diodon_proto::Timestamp, input: &Receiver<SourceMsg>) {
+        loop {
+            if let Some((id, data, off)) = &mut self.pending {
+                match self.sender.write(now, *id, &data[*off..]) {
+                    Ok(n) => {
+                        *off += n;
+                        self.progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                        if *off < data.len() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::warn!("write refused: {e}"),
+                }
+                self.pending = None;
+            }
+            if self.input_done {
+                return;
+            }
+            match input.try_recv() {
+                Ok(msg) => self.handle(now, msg),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.input_done = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, now: diodon_proto::Timestamp, msg: SourceMsg) {
+        match msg {
+            SourceMsg::Open { token, meta } => {
+                let name = meta.name.clone();
+                match self.sender.open_channel(meta) {
+                    Ok(id) => {
+                        tracing::info!(channel = %id, name = %name, "channel opened");
+                        self.by_id.insert(id, name.clone());
+                        self.tokens.insert(token, Chan { id: Some(id), name });
+                    }
+                    Err(e) => {
+                        tracing::error!(name = %name, "channel refused: {e}");
+                        self.report.push(SentChannel {
+                            name: name.clone(),
+                            bytes: 0,
+                            digest: String::new(),
+                            status: format!("refused: {e}"),
+                        });
+                        self.tokens.insert(token, Chan { id: None, name });
+                    }
+                }
+            }
+            SourceMsg::Data { token, data } => {
+                if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
+                    self.pending = Some((*id, data, 0));
+                }
+            }
+            SourceMsg::Finish { token } => {
+                if let Some(Chan { id: Some(id), .. }) = self.tokens.remove(&token) {
+                    if let Err(e) = self.sender.finish(now, id) {
+                        tracing::warn!(channel = %id, "finish: {e}");
+                    }
+                }
+            }
+            SourceMsg::Abort { token, reason } => {
+                if let Some(Chan { id: Some(id), name }) = self.tokens.remove(&token) {
+                    tracing::warn!(channel = %id, name = %name, "aborting channel: {reason}");
+                    if let Err(e) = self.sender.abort(now, id) {
+                        tracing::warn!(channel = %id, "abort: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn abort_all(&mut self, now: diodon_proto::Timestamp, why: &str) {
+        self.pending = None;
+        for (_, chan) in self.tokens.drain() {
+            if let Some(id) = chan.id {
+                tracing::warn!(channel = %id, name = %chan.name, "aborting channel: {why}");
+                let _ = self.sender.abort(now, id);
+            }
+        }
+        self.input_done = true;
+    }
+
+    /// Sends one batch if the core has one; returns whether it did.
+    fn send_batch(&mut self, now: diodon_proto::Timestamp) -> Result<bool, PipelineError> {
+        self.buf.clear();
+        let Some(batch) = self.sender.poll_batch(now, &mut self.buf) else {
+            return Ok(false);
+        };
+        let report = self
+            .udp
+            .send(self.dest, &self.buf[..batch.len], batch.segment_size)?;
+        self.progress
+            .datagrams
+            .fetch_add(report.datagrams, Ordering::Relaxed);
+        self.first_send.get_or_insert(now);
+        if !self.sender.is_idle() {
+            self.last_data = now;
+        }
+        Ok(true)
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.sender.poll_event() {
+            match ev {
+                SenderEvent::ChannelSent {
+                    channel,
+                    bytes,
+                    digest,
+                } => {
+                    let name = self.by_id.remove(&channel).unwrap_or_default();
+                    let digest = hex::encode(digest);
+                    tracing::info!(%channel, name = %name, bytes, blake3 = %digest, "channel sent");
+                    self.last_data = self.clock.now();
+                    self.report.push(SentChannel {
+                        name,
+                        bytes,
+                        digest,
+                        status: "sent".into(),
+                    });
+                }
+                SenderEvent::ChannelAborted { channel } => {
+                    let name = self.by_id.remove(&channel).unwrap_or_default();
+                    self.report.push(SentChannel {
+                        name,
+                        bytes: 0,
+                        digest: String::new(),
+                        status: "aborted".into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sleeps until the core has work or new input arrives.
+    fn wait(&mut self, now: diodon_proto::Timestamp, input: &Receiver<SourceMsg>) {
+        let next = self
+            .sender
+            .poll_timeout()
+            .unwrap_or(now + Duration::from_millis(100));
+        if next <= now {
+            return;
+        }
+        // Symbols are waiting for the pacer: let a full batch of tokens build up.
+        let next = if self.sender.is_idle() {
+            next
+        } else {
+            next + self.batch_gap
+        };
+        let gap = next.saturating_duration_since(now);
+        if self.input_done || self.pending.is_some() || gap < Duration::from_millis(1) {
+            // Pacing or a full core buffer: only time frees it.
+            self.clock.sleep_until(next);
+            return;
+        }
+        match input.recv_timeout(gap) {
+            Ok(msg) => {
+                let now = self.clock.now();
+                self.handle(now, msg);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.input_done = true,
+        }
+    }
+}

@@ -1,0 +1,1009 @@
+//! One Delta-t connection record: a send half and a receive half (full
+//! duplex), the four timers, reliability (RTO, fast retransmit, acceptance
+//! window, out-of-order buffer), flow control with rendezvous-at-sender, and
+//! the rules R1–R7 of the thesis (chapter 2.1). Owned and driven by
+//! [`crate::Endpoint`]; never touches a socket or a clock.
+//!
+//! ```text
+//!   app write ─▶ snd.buf ─▶ [flight: sent, unacked] ─▶ data ─▶ peer
+//!                              ▲ acks (cumulative, O, R) ◀── peer
+//!   app read  ◀─ rcv.buf ◀─ in-order ◀─ ooo ◀─ data ◀── peer   ─▶ ack
+//!
+//!   timers: Retransmit | ReliableAck | Stimer (3Δt, R1/R7) | Rtimer (2Δt, R3/R4)
+//! ```
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use diodon_proto::{TimerTable, Timestamp};
+
+use crate::cc::{CongestionControl, NewReno, Unlimited};
+use crate::config::{CongestionAlgorithm, Settings, WallClock};
+use crate::endpoint::{ConnHandle, ConnectionError, Error, Event, Stats};
+use crate::rtt::RttEstimator;
+use crate::seq::Seq;
+use crate::wire::{Deadline, Flags, Lifetime, NakCode, SegmentRepr, SegmentType};
+
+/// SN shift applied by both ends after a rendezvous (thesis 4.2.8: the maximum
+/// window, so no SN sent before the rendezvous can reach the shifted window).
+pub const RENDEZVOUS_OFFSET: u32 = 65_535;
+
+#[derive(Clone, Copy)]
+enum Timer {
+    Retransmit = 0,
+    ReliableAck = 1,
+    Stimer = 2,
+    Rtimer = 3,
+}
+const TIMERS: usize = 4;
+
+/// What a connection needs from its endpoint while handling an input.
+pub(crate) struct Ctx<'a> {
+    pub s: &'a Settings,
+    pub wall: WallClock,
+    pub stats: &'a mut Stats,
+    pub events: &'a mut VecDeque<Event>,
+    /// False during the sender's restart quiet interval (3Δt).
+    pub may_send_new: bool,
+}
+
+#[derive(Debug)]
+struct Sent {
+    sn: Seq,
+    len: u32,
+    first_tx: Timestamp,
+    last_tx: Timestamp,
+    /// R5: lifetime counts down from the first transmission.
+    deadline: Deadline,
+    retransmitted: bool,
+    lost: bool,
+    /// R2: retransmitted for R already; blocks new SNs until acked.
+    exhausted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SendRdv {
+    None,
+    Sent {
+        sn: Seq,
+        first_tx: Timestamp,
+        deadline: Deadline,
+        exhausted: bool,
+    },
+    Acked {
+        shifted: Seq,
+    },
+}
+
+#[derive(Debug)]
+struct SendState {
+    una: Seq,
+    nxt: Seq,
+    /// Highest SN sent in this send state (beyond `nxt` after an overrun
+    /// rewind: the receiver may have buffered those octets and ack them).
+    max: Seq,
+    /// `buf[0]` has SN `una`; `[una, nxt)` sent, the rest unsent.
+    buf: VecDeque<u8>,
+    flight: VecDeque<Sent>,
+    /// Peer's advertised window.
+    wnd: u32,
+    dup_acks: u32,
+    recover: Option<Seq>,
+    rdv: SendRdv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecvRdv {
+    None,
+    /// Rendezvous accepted and window shifted; reliable-ack due when the window opens.
+    Accepted {
+        rdv_sn: Seq,
+    },
+    /// Reliable-ack sent; retransmitted until acceptable data arrives.
+    RelAck {
+        rdv_sn: Seq,
+        sn: Seq,
+        first_tx: Timestamp,
+        deadline: Deadline,
+    },
+}
+
+#[derive(Debug)]
+struct RecvState {
+    /// False while Rtimer is zero: only a D-flagged segment is acceptable.
+    valid: bool,
+    nxt: Seq,
+    buf: VecDeque<u8>,
+    ooo: Vec<(Seq, Vec<u8>)>,
+    /// Δt of the peer's sending direction (its lifetime field).
+    deltat: Lifetime,
+    rdv: RecvRdv,
+}
+
+impl RecvState {
+    fn ooo_bytes(&self) -> usize {
+        self.ooo.iter().map(|(_, d)| d.len()).sum()
+    }
+
+    /// Stores `bytes` at offset `off` from `nxt`; returns octets made readable.
+    fn insert(&mut self, off: u32, bytes: &[u8], window: usize) -> usize {
+        if off > 0 {
+            let sn = self.nxt.add(off);
+            let end = sn.add(bytes.len() as u32);
+            let covered = self
+                .ooo
+                .iter()
+                .any(|(s, d)| s.diff(sn) <= 0 && s.add(d.len() as u32).diff(end) >= 0);
+            if !covered && self.ooo_bytes() + bytes.len() <= window {
+                self.ooo.push((sn, bytes.to_vec()));
+            }
+            return 0;
+        }
+        let before = self.buf.len();
+        self.buf.extend(bytes);
+        self.nxt = self.nxt.add(bytes.len() as u32);
+        loop {
+            let nxt = self.nxt;
+            let Some(i) = self.ooo.iter().position(|(s, _)| s.diff(nxt) <= 0) else {
+                break;
+            };
+            let (s, d) = self.ooo.swap_remove(i);
+            let skip = nxt.diff(s) as usize;
+            if skip < d.len() {
+                self.buf.extend(&d[skip..]);
+                self.nxt = self.nxt.add((d.len() - skip) as u32);
+            }
+        }
+        self.buf.len() - before
+    }
+}
+
+/// A connection record.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub handle: ConnHandle,
+    pub local_port: u16,
+    pub remote: SocketAddr,
+    pub remote_port: u16,
+    /// The application closed the handle (`TIME_WAIT` while timers run).
+    pub time_wait: bool,
+    pub write_shutdown: bool,
+    pub failed: Option<ConnectionError>,
+    timers: TimerTable<TIMERS>,
+    snd: SendState,
+    rcv: RecvState,
+    out: VecDeque<Vec<u8>>,
+    cc: Box<dyn CongestionControl>,
+    rtt: RttEstimator,
+}
+
+impl Connection {
+    pub fn new(
+        handle: ConnHandle,
+        local_port: u16,
+        remote: SocketAddr,
+        remote_port: u16,
+        s: &Settings,
+    ) -> Connection {
+        let cfg = &s.cfg;
+        let cc: Box<dyn CongestionControl> = match cfg.congestion {
+            CongestionAlgorithm::NewReno => {
+                Box::new(NewReno::new(cfg.max_payload, cfg.initial_window_segments))
+            }
+            CongestionAlgorithm::Unlimited => Box::new(Unlimited),
+        };
+        let isn = Seq(cfg.initial_sn);
+        Connection {
+            handle,
+            local_port,
+            remote,
+            remote_port,
+            time_wait: false,
+            write_shutdown: false,
+            failed: None,
+            timers: TimerTable::default(),
+            snd: SendState {
+                una: isn,
+                nxt: isn,
+                max: isn,
+                buf: VecDeque::new(),
+                flight: VecDeque::new(),
+                wnd: u32::from(u16::MAX),
+                dup_acks: 0,
+                recover: None,
+                rdv: SendRdv::None,
+            },
+            rcv: RecvState {
+                valid: false,
+                nxt: Seq(0),
+                buf: VecDeque::new(),
+                ooo: Vec::new(),
+                deltat: s.delta_t,
+                rdv: RecvRdv::None,
+            },
+            out: VecDeque::new(),
+            cc,
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+        }
+    }
+
+    // ---- application side ------------------------------------------------
+
+    pub fn write(&mut self, data: &[u8], s: &Settings) -> Result<usize, Error> {
+        if let Some(e) = &self.failed {
+            return Err(Error::Failed(e.clone()));
+        }
+        if self.write_shutdown {
+            return Err(Error::WriteShutdown);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let room = s.cfg.send_buffer.saturating_sub(self.snd.buf.len());
+        if room == 0 {
+            return Err(Error::WouldBlock);
+        }
+        let n = room.min(data.len());
+        self.snd.buf.extend(&data[..n]);
+        Ok(n)
+    }
+
+    pub fn read(&mut self, out: &mut [u8]) -> Result<usize, Error> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        if self.rcv.buf.is_empty() {
+            return match &self.failed {
+                Some(e) => Err(Error::Failed(e.clone())),
+                None => Err(Error::WouldBlock),
+            };
+        }
+        let n = out.len().min(self.rcv.buf.len());
+        for (dst, src) in out.iter_mut().zip(self.rcv.buf.drain(..n)) {
+            *dst = src;
+        }
+        Ok(n)
+    }
+
+    pub fn readable(&self) -> usize {
+        self.rcv.buf.len()
+    }
+
+    /// Octets written but not yet acknowledged.
+    pub fn unacked(&self) -> usize {
+        self.snd.buf.len()
+    }
+
+    pub fn send_capacity(&self, s: &Settings) -> usize {
+        s.cfg.send_buffer.saturating_sub(self.snd.buf.len())
+    }
+
+    pub fn timers_running(&self) -> bool {
+        self.timers.get(Timer::Stimer as usize).is_some()
+            || self.timers.get(Timer::Rtimer as usize).is_some()
+    }
+
+    /// `TIME_WAIT` record whose timers have run out and that owes nothing.
+    pub fn is_reapable(&self) -> bool {
+        self.time_wait
+            && !self.timers_running()
+            && self.out.is_empty()
+            && (self.snd.buf.is_empty() || self.failed.is_some())
+    }
+
+    pub fn next_timeout(&self) -> Option<Timestamp> {
+        self.timers.next()
+    }
+
+    // ---- segment construction -----------------------------------------------
+
+    #[expect(clippy::too_many_arguments, reason = "one argument per header field")]
+    fn emit(
+        &self,
+        kind: SegmentType,
+        flags: Flags,
+        sn: Seq,
+        deadline: Deadline,
+        lifetime: Lifetime,
+        window: u16,
+        payload: &[u8],
+    ) -> Vec<u8> {
+        SegmentRepr {
+            src_port: self.local_port,
+            dst_port: self.remote_port,
+            kind,
+            flags,
+            sn,
+            deadline,
+            lifetime,
+            window,
+            payload,
+        }
+        .to_vec()
+        .expect("payload bounded by the validated max_payload")
+    }
+
+    fn rcv_window(&self, s: &Settings) -> u16 {
+        let free = s.cfg.recv_buffer.saturating_sub(self.rcv.buf.len());
+        u16::try_from(free).unwrap_or(u16::MAX)
+    }
+
+    /// R6: an ack's lifetime is Δt (the peer's) from the moment its SN was tested.
+    fn queue_ack(&mut self, now: Timestamp, ctx: &mut Ctx<'_>, sn: Seq, flags: Flags) {
+        let lifetime = self.rcv.deltat;
+        let seg = self.emit(
+            SegmentType::Ack,
+            flags,
+            sn,
+            ctx.wall.deadline(now, lifetime),
+            lifetime,
+            self.rcv_window(ctx.s),
+            &[],
+        );
+        self.out.push_back(seg);
+    }
+
+    pub fn nak(
+        repr: &SegmentRepr<'_>,
+        code: NakCode,
+        now: Timestamp,
+        s: &Settings,
+        wall: WallClock,
+    ) -> Vec<u8> {
+        SegmentRepr {
+            src_port: repr.dst_port,
+            dst_port: repr.src_port,
+            kind: SegmentType::Nak,
+            flags: Flags::NONE,
+            sn: repr.sn,
+            deadline: wall.deadline(now, s.delta_t),
+            lifetime: s.delta_t,
+            window: code.to_u16(),
+            payload: &[],
+        }
+        .to_vec()
+        .expect("nak has no payload")
+    }
+
+    fn fail(&mut self, error: ConnectionError, ctx: &mut Ctx<'_>) {
+        if self.failed.is_some() {
+            return;
+        }
+        ctx.stats.connections_failed += 1;
+        self.snd.buf.clear();
+        self.snd.flight.clear();
+        self.snd.nxt = self.snd.una;
+        self.snd.max = self.snd.una;
+        self.snd.rdv = SendRdv::None;
+        self.timers.stop(Timer::Retransmit as usize);
+        ctx.events.push_back(Event::Failed {
+            handle: self.handle,
+            error: error.clone(),
+        });
+        self.failed = Some(error);
+    }
+
+    // ---- inbound ------------------------------------------------------------
+
+    pub fn handle_segment(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        match seg.kind {
+            SegmentType::Data | SegmentType::Rendezvous if self.time_wait => {
+                ctx.stats.time_wait_discards += 1;
+                ctx.stats.naks_sent += 1;
+                self.out
+                    .push_back(Connection::nak(seg, NakCode::Closed, now, ctx.s, ctx.wall));
+            }
+            SegmentType::Data => self.on_data(now, seg, ctx),
+            SegmentType::Rendezvous => self.on_rendezvous(now, seg, ctx),
+            SegmentType::Ack => self.on_ack(now, seg, ctx),
+            SegmentType::Nak => self.on_nak(seg, ctx),
+        }
+    }
+
+    /// Opens the receive state on a D-flagged segment when Rtimer is zero.
+    fn accept_state(&mut self, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) -> bool {
+        if self.rcv.valid {
+            return true;
+        }
+        if !seg.flags.contains(Flags::D) {
+            ctx.stats.not_in_data_run += 1;
+            return false;
+        }
+        self.rcv.valid = true;
+        self.rcv.nxt = seg.sn;
+        self.rcv.deltat = seg.lifetime;
+        self.rcv.ooo.clear();
+        self.rcv.rdv = RecvRdv::None;
+        true
+    }
+
+    /// R3: Rtimer = 2Δt from now.
+    fn refresh_rtimer(&mut self, now: Timestamp, lifetime: Lifetime) {
+        self.rcv.deltat = lifetime;
+        self.timers
+            .set(Timer::Rtimer as usize, now + 2 * lifetime.duration());
+    }
+
+    fn on_data(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        if !self.accept_state(seg, ctx) {
+            return;
+        }
+        let off = seg.sn.diff(self.rcv.nxt);
+        let len = i64::try_from(seg.payload.len()).unwrap_or(i64::MAX);
+        let end = off + len;
+        if end <= 0 {
+            ctx.stats.duplicate_segments += 1;
+            self.queue_ack(now, ctx, self.rcv.nxt, Flags::NONE);
+            return;
+        }
+        let wnd = i64::from(self.rcv_window(ctx.s));
+        let start = off.max(0);
+        let accept_end = end.min(wnd);
+        let overflow = end > wnd;
+        let mut accepted = false;
+        let mut readable = 0;
+        if accept_end > start {
+            let bytes = &seg.payload[(start - off) as usize..(accept_end - off) as usize];
+            readable = self.rcv.insert(start as u32, bytes, wnd as usize);
+            accepted = true;
+            if start > 0 {
+                ctx.stats.out_of_order_segments += 1;
+            }
+        }
+        if overflow {
+            ctx.stats.overflow_segments += 1;
+            ctx.stats.overflow_bytes += (end - accept_end.max(start)) as u64;
+        }
+        if accepted || overflow {
+            self.refresh_rtimer(now, seg.lifetime);
+        }
+        if accepted {
+            if let RecvRdv::RelAck { .. } = self.rcv.rdv {
+                self.rcv.rdv = RecvRdv::None;
+                self.timers.stop(Timer::ReliableAck as usize);
+            }
+        }
+        if readable > 0 {
+            ctx.stats.bytes_received += readable as u64;
+            if self.rcv.buf.len() == readable {
+                ctx.events.push_back(Event::Readable(self.handle));
+            }
+        }
+        let flags = if overflow { Flags::O } else { Flags::NONE };
+        self.queue_ack(now, ctx, self.rcv.nxt, flags);
+    }
+
+    fn on_rendezvous(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        if !self.accept_state(seg, ctx) {
+            return;
+        }
+        match self.rcv.rdv {
+            RecvRdv::Accepted { rdv_sn } | RecvRdv::RelAck { rdv_sn, .. } if rdv_sn == seg.sn => {
+                ctx.stats.duplicate_segments += 1;
+                self.queue_ack(now, ctx, rdv_sn.add(1), Flags::NONE);
+                return;
+            }
+            _ => {}
+        }
+        if seg.sn != self.rcv.nxt {
+            ctx.stats.out_of_window += 1;
+            self.queue_ack(now, ctx, self.rcv.nxt, Flags::NONE);
+            return;
+        }
+        ctx.stats.rendezvous_received += 1;
+        self.refresh_rtimer(now, seg.lifetime);
+        self.queue_ack(now, ctx, seg.sn.add(1), Flags::NONE);
+        self.rcv.nxt = seg.sn.add(RENDEZVOUS_OFFSET);
+        self.rcv.ooo.clear();
+        self.rcv.rdv = RecvRdv::Accepted { rdv_sn: seg.sn };
+    }
+
+    fn finish_rendezvous(&mut self, sn: Seq, window: u16) {
+        self.snd.rdv = SendRdv::None;
+        self.snd.una = sn;
+        self.snd.nxt = sn;
+        self.snd.max = sn;
+        self.snd.flight.clear();
+        self.snd.wnd = u32::from(window);
+        self.timers.stop(Timer::Retransmit as usize);
+        self.rtt.reset_backoff();
+    }
+
+    fn on_ack(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        if self.failed.is_some() {
+            return;
+        }
+        if seg.flags.contains(Flags::R) {
+            let expected = match self.snd.rdv {
+                SendRdv::Sent { sn, .. } => Some(sn.add(RENDEZVOUS_OFFSET)),
+                SendRdv::Acked { shifted } => Some(shifted),
+                SendRdv::None => None,
+            };
+            if expected == Some(seg.sn) {
+                ctx.stats.reliable_acks_received += 1;
+                self.finish_rendezvous(seg.sn, seg.window);
+            } else if self.snd.rdv == SendRdv::None && seg.sn == self.snd.una {
+                self.snd.wnd = u32::from(seg.window);
+            } else {
+                ctx.stats.stale_acks += 1;
+            }
+            return;
+        }
+        match self.snd.rdv {
+            SendRdv::Sent { sn, .. } => {
+                if seg.sn == sn.add(1) {
+                    let shifted = sn.add(RENDEZVOUS_OFFSET);
+                    self.snd.rdv = SendRdv::Acked { shifted };
+                    self.snd.una = shifted;
+                    self.snd.nxt = shifted;
+                    self.snd.max = shifted;
+                    self.snd.wnd = 0;
+                    self.timers.stop(Timer::Retransmit as usize);
+                    self.rtt.reset_backoff();
+                } else {
+                    ctx.stats.stale_acks += 1;
+                }
+                return;
+            }
+            SendRdv::Acked { shifted } => {
+                if seg.sn == shifted && seg.window > 0 {
+                    self.finish_rendezvous(shifted, seg.window);
+                } else {
+                    ctx.stats.stale_acks += 1;
+                }
+                return;
+            }
+            SendRdv::None => {}
+        }
+        let acked = seg.sn.diff(self.snd.una);
+        let span = self.snd.nxt.diff(self.snd.una);
+        if acked < 0 || acked > self.snd.max.diff(self.snd.una) {
+            ctx.stats.stale_acks += 1;
+            return;
+        }
+        let overflow = seg.flags.contains(Flags::O);
+        if acked > 0 {
+            self.on_new_ack(now, seg.sn, acked as usize, ctx);
+        } else if span > 0 && !overflow && u32::from(seg.window) == self.snd.wnd {
+            self.snd.dup_acks += 1;
+            if self.snd.dup_acks == ctx.s.cfg.dup_ack_threshold && self.snd.recover.is_none() {
+                ctx.stats.fast_retransmits += 1;
+                let in_flight = self.bytes_in_flight();
+                if let Some(head) = self.snd.flight.front_mut() {
+                    head.lost = !head.exhausted;
+                }
+                self.snd.recover = Some(self.snd.nxt);
+                self.cc.on_congestion_event(now, in_flight);
+            }
+        }
+        self.snd.wnd = u32::from(seg.window);
+        if overflow {
+            // Window overrun: everything beyond the ack is treated as never sent.
+            ctx.stats.overruns += 1;
+            self.snd.flight.clear();
+            self.snd.nxt = self.snd.una;
+            self.snd.recover = None;
+            self.snd.dup_acks = 0;
+            self.timers.stop(Timer::Retransmit as usize);
+        }
+    }
+
+    fn on_new_ack(&mut self, now: Timestamp, ack: Seq, acked: usize, ctx: &mut Ctx<'_>) {
+        self.snd.buf.drain(..acked.min(self.snd.buf.len()));
+        self.snd.una = ack;
+        if self.snd.nxt.before(ack) {
+            self.snd.nxt = ack;
+        }
+        ctx.stats.bytes_acked += acked as u64;
+        let mut sample = None;
+        while let Some(f) = self.snd.flight.front_mut() {
+            if f.sn.add(f.len).diff(ack) <= 0 {
+                if !f.retransmitted {
+                    sample = Some(now - f.last_tx);
+                }
+                self.snd.flight.pop_front();
+            } else {
+                if f.sn.before(ack) {
+                    let cut = ack.diff(f.sn) as u32;
+                    f.sn = ack;
+                    f.len -= cut;
+                }
+                break;
+            }
+        }
+        if let Some(r) = sample {
+            self.rtt.on_sample(r);
+        }
+        self.rtt.reset_backoff();
+        self.snd.dup_acks = 0;
+        match self.snd.recover {
+            Some(r) if !ack.before(r) => {
+                self.snd.recover = None;
+                self.cc.on_recovery_end(now);
+            }
+            Some(_) => {
+                // `NewReno` partial ack: the next hole is lost too.
+                if let Some(head) = self.snd.flight.front_mut() {
+                    head.lost = !head.exhausted;
+                }
+            }
+            None => self.cc.on_ack(now, acked),
+        }
+        if self.snd.flight.is_empty() {
+            self.timers.stop(Timer::Retransmit as usize);
+        } else {
+            self.arm_rto(now, ctx.s);
+        }
+    }
+
+    fn on_nak(&mut self, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        ctx.stats.naks_received += 1;
+        let code = NakCode::from_u16(seg.window);
+        ctx.events.push_back(Event::Nak {
+            handle: self.handle,
+            code,
+            sn: seg.sn,
+        });
+        let in_flight = (!seg.sn.before(self.snd.una) && seg.sn.before(self.snd.nxt))
+            || matches!(self.snd.rdv, SendRdv::Sent { sn, .. } if sn == seg.sn);
+        if in_flight
+            && matches!(
+                code,
+                NakCode::PortUnreachable | NakCode::Closed | NakCode::BacklogFull
+            )
+        {
+            self.fail(ConnectionError::Refused(code), ctx);
+        }
+    }
+
+    // ---- timers -------------------------------------------------------------
+
+    fn bytes_in_flight(&self) -> usize {
+        self.snd
+            .flight
+            .iter()
+            .filter(|f| !f.lost && !f.exhausted)
+            .map(|f| f.len as usize)
+            .sum()
+    }
+
+    fn blocked(&self) -> bool {
+        self.snd.flight.iter().any(|f| f.exhausted)
+            || matches!(
+                self.snd.rdv,
+                SendRdv::Sent {
+                    exhausted: true,
+                    ..
+                }
+            )
+    }
+
+    /// Next retransmission: now + RTO, but never past the R limit of the
+    /// oldest segment still eligible (so its last attempt happens at R).
+    fn arm_rto(&mut self, now: Timestamp, s: &Settings) {
+        let rto = self.rtt.rto();
+        let limit = match self.snd.rdv {
+            SendRdv::Sent { first_tx, .. } => Some(first_tx + s.cfg.max_retransmit_time),
+            _ => self
+                .snd
+                .flight
+                .iter()
+                .find(|f| !f.exhausted)
+                .map(|f| f.first_tx + s.cfg.max_retransmit_time),
+        };
+        let at = match limit {
+            Some(l) if l > now => (now + rto).min(l),
+            _ => now + rto,
+        };
+        self.timers.set(Timer::Retransmit as usize, at);
+    }
+
+    pub fn handle_timeout(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
+        if self.timers.take_expired(Timer::Retransmit as usize, now) {
+            self.on_rto(now, ctx);
+        }
+        if self.timers.take_expired(Timer::ReliableAck as usize, now) {
+            self.on_reliable_ack_timer(now, ctx);
+        }
+        if self.timers.take_expired(Timer::Stimer as usize, now) {
+            self.on_stimer(ctx);
+        }
+        if self.timers.take_expired(Timer::Rtimer as usize, now) {
+            // R4: receive state back to defaults.
+            ctx.stats.rtimer_expirations += 1;
+            self.rcv.valid = false;
+            self.rcv.ooo.clear();
+            self.rcv.rdv = RecvRdv::None;
+            self.timers.stop(Timer::ReliableAck as usize);
+            ctx.events
+                .push_back(Event::ReceiveTimerExpired(self.handle));
+        }
+    }
+
+    fn on_rto(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
+        let r = ctx.s.cfg.max_retransmit_time;
+        if let SendRdv::Sent {
+            sn,
+            first_tx,
+            deadline,
+            exhausted: false,
+        } = self.snd.rdv
+        {
+            if now <= first_tx + r {
+                ctx.stats.retransmissions += 1;
+                let seg = self.emit(
+                    SegmentType::Rendezvous,
+                    Flags::D,
+                    sn,
+                    deadline,
+                    ctx.s.delta_t,
+                    self.rcv_window(ctx.s),
+                    &[],
+                );
+                self.out.push_back(seg);
+                self.rtt.back_off();
+                self.arm_rto(now, ctx.s);
+            } else {
+                ctx.stats.retransmit_limit += 1;
+                self.snd.rdv = SendRdv::Sent {
+                    sn,
+                    first_tx,
+                    deadline,
+                    exhausted: true,
+                };
+            }
+            return;
+        }
+        if self.snd.flight.is_empty() {
+            return;
+        }
+        ctx.stats.rto_expirations += 1;
+        self.cc
+            .on_retransmission_timeout(now, self.bytes_in_flight());
+        self.rtt.back_off();
+        for f in &mut self.snd.flight {
+            f.lost = !f.exhausted;
+        }
+        self.snd.recover = Some(self.snd.nxt);
+        self.snd.dup_acks = 0;
+        if self.snd.flight.iter().any(|f| !f.exhausted) {
+            self.arm_rto(now, ctx.s);
+        }
+    }
+
+    fn on_reliable_ack_timer(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
+        if let RecvRdv::RelAck {
+            sn,
+            first_tx,
+            deadline,
+            ..
+        } = self.rcv.rdv
+        {
+            if now <= first_tx + ctx.s.cfg.max_retransmit_time {
+                ctx.stats.retransmissions += 1;
+                let seg = self.emit(
+                    SegmentType::Ack,
+                    Flags::R,
+                    sn,
+                    deadline,
+                    ctx.s.delta_t,
+                    self.rcv_window(ctx.s),
+                    &[],
+                );
+                self.out.push_back(seg);
+                self.timers
+                    .set(Timer::ReliableAck as usize, now + self.rtt.rto());
+            } else {
+                ctx.stats.retransmit_limit += 1;
+            }
+        }
+    }
+
+    /// R7: send state back to defaults; unacked SNs are an error.
+    fn on_stimer(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.stats.stimer_expirations += 1;
+        let unacked = !self.snd.flight.is_empty() || matches!(self.snd.rdv, SendRdv::Sent { .. });
+        let unacked_bytes = self.snd.buf.len();
+        self.snd.flight.clear();
+        self.snd.nxt = self.snd.una;
+        self.snd.max = self.snd.una;
+        self.snd.rdv = SendRdv::None;
+        self.snd.recover = None;
+        self.snd.dup_acks = 0;
+        self.timers.stop(Timer::Retransmit as usize);
+        self.rtt.reset_backoff();
+        if unacked && self.failed.is_none() {
+            self.fail(
+                ConnectionError::Unacknowledged {
+                    bytes: unacked_bytes,
+                },
+                ctx,
+            );
+        } else {
+            ctx.events.push_back(Event::SendTimerExpired(self.handle));
+        }
+    }
+
+    // ---- outbound -----------------------------------------------------------
+
+    /// R1: Stimer = 3Δt from a new SN (or reliable-ack) sent.
+    fn refresh_stimer(&mut self, now: Timestamp, s: &Settings) {
+        self.timers.set(Timer::Stimer as usize, now + s.stimer());
+    }
+
+    pub fn poll_transmit(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+        if let Some(seg) = self.out.pop_front() {
+            return Some(seg);
+        }
+        if let Some(seg) = self.poll_reliable_ack(now, ctx) {
+            return Some(seg);
+        }
+        if self.failed.is_some() {
+            return None;
+        }
+        if let Some(seg) = self.poll_retransmission(now, ctx) {
+            return Some(seg);
+        }
+        self.poll_new(now, ctx)
+    }
+
+    fn poll_reliable_ack(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+        let RecvRdv::Accepted { rdv_sn } = self.rcv.rdv else {
+            return None;
+        };
+        if !ctx.may_send_new {
+            return None;
+        }
+        let window = self.rcv_window(ctx.s);
+        let threshold = ctx.s.cfg.max_payload.min(ctx.s.cfg.recv_buffer);
+        if usize::from(window) < threshold {
+            return None;
+        }
+        // R5: a reliable-ack has lifetime Δt from its first transmission.
+        let deadline = ctx.wall.deadline(now, ctx.s.delta_t);
+        let sn = self.rcv.nxt;
+        let seg = self.emit(
+            SegmentType::Ack,
+            Flags::R,
+            sn,
+            deadline,
+            ctx.s.delta_t,
+            window,
+            &[],
+        );
+        self.rcv.rdv = RecvRdv::RelAck {
+            rdv_sn,
+            sn,
+            first_tx: now,
+            deadline,
+        };
+        self.timers
+            .set(Timer::ReliableAck as usize, now + self.rtt.rto());
+        self.refresh_stimer(now, ctx.s);
+        ctx.stats.reliable_acks_sent += 1;
+        Some(seg)
+    }
+
+    fn poll_retransmission(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+        let r = ctx.s.cfg.max_retransmit_time;
+        let cwnd = self.cc.window();
+        let in_flight = self.bytes_in_flight();
+        let i = self.snd.flight.iter().position(|f| f.lost)?;
+        let f = &mut self.snd.flight[i];
+        if now > f.first_tx + r {
+            f.lost = false;
+            f.exhausted = true;
+            ctx.stats.retransmit_limit += 1;
+            return self.poll_retransmission(now, ctx);
+        }
+        // The head (fast retransmit, partial ack, RTO) always goes; later
+        // holes wait for the congestion window.
+        if f.sn != self.snd.una && in_flight > 0 && in_flight.saturating_add(f.len as usize) > cwnd
+        {
+            return None;
+        }
+        f.lost = false;
+        f.retransmitted = true;
+        f.last_tx = now;
+        let (sn, len, deadline) = (f.sn, f.len as usize, f.deadline);
+        let off = sn.diff(self.snd.una) as usize;
+        let payload: Vec<u8> = self.snd.buf.range(off..off + len).copied().collect();
+        let flags = if sn == self.snd.una {
+            Flags::D
+        } else {
+            Flags::NONE
+        };
+        ctx.stats.retransmissions += 1;
+        if self.timers.get(Timer::Retransmit as usize).is_none() {
+            self.arm_rto(now, ctx.s);
+        }
+        Some(self.emit(
+            SegmentType::Data,
+            flags,
+            sn,
+            deadline,
+            ctx.s.delta_t,
+            self.rcv_window(ctx.s),
+            &payload,
+        ))
+    }
+
+    fn poll_new(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+        if !ctx.may_send_new || self.blocked() || self.snd.rdv != SendRdv::None {
+            return None;
+        }
+        let sent = self.snd.nxt.diff(self.snd.una) as usize;
+        let unsent = self.snd.buf.len().saturating_sub(sent);
+        if unsent == 0 {
+            return None;
+        }
+        let deadline = ctx.wall.deadline(now, ctx.s.delta_t);
+        if self.snd.wnd == 0 {
+            if !self.snd.flight.is_empty() {
+                return None;
+            }
+            // Rendezvous-at-sender: everything acked, data waiting, zero window.
+            let sn = self.snd.nxt;
+            self.snd.rdv = SendRdv::Sent {
+                sn,
+                first_tx: now,
+                deadline,
+                exhausted: false,
+            };
+            self.refresh_stimer(now, ctx.s);
+            self.arm_rto(now, ctx.s);
+            ctx.stats.rendezvous_sent += 1;
+            return Some(self.emit(
+                SegmentType::Rendezvous,
+                Flags::D,
+                sn,
+                deadline,
+                ctx.s.delta_t,
+                self.rcv_window(ctx.s),
+                &[],
+            ));
+        }
+        let mss = ctx.s.cfg.max_payload;
+        let wnd_room = (self.snd.wnd as usize).saturating_sub(sent);
+        let cwnd_room = self.cc.window().saturating_sub(self.bytes_in_flight());
+        let len = mss.min(unsent).min(wnd_room).min(cwnd_room);
+        if len == 0 || (len < mss.min(unsent) && !self.snd.flight.is_empty()) {
+            return None;
+        }
+        let sn = self.snd.nxt;
+        let payload: Vec<u8> = self.snd.buf.range(sent..sent + len).copied().collect();
+        let flags = if sn == self.snd.una {
+            Flags::D
+        } else {
+            Flags::NONE
+        };
+        self.snd.flight.push_back(Sent {
+            sn,
+            len: len as u32,
+            first_tx: now,
+            last_tx: now,
+            deadline,
+            retransmitted: false,
+            lost: false,
+            exhausted: false,
+        });
+        self.snd.nxt = sn.add(len as u32);
+        if self.snd.max.before(self.snd.nxt) {
+            self.snd.max = self.snd.nxt;
+        }
+        self.refresh_stimer(now, ctx.s);
+        if self.timers.get(Timer::Retransmit as usize).is_none() {
+            self.arm_rto(now, ctx.s);
+        }
+        ctx.stats.bytes_sent += len as u64;
+        Some(self.emit(
+            SegmentType::Data,
+            flags,
+            sn,
+            deadline,
+            ctx.s.delta_t,
+            self.rcv_window(ctx.s),
+            &payload,
+        ))
+    }
+}

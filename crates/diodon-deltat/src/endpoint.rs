@@ -1,0 +1,813 @@
+//! The [`Endpoint`]: one UDP socket's worth of Delta-t connections. It parses
+//! datagrams, checks deadlines, demultiplexes by (local port, remote address,
+//! remote port), creates records on the first acceptable segment for a
+//! listened port, answers strays with naks, reaps `TIME_WAIT` records, and
+//! exposes the application calls.
+//!
+//! ```text
+//!  handle_datagram(now, from, bytes) ─▶ parse ─▶ deadline ─▶ demux ─▶ Connection
+//!  handle_timeout(now) ───────────────────────────────────────────▶ Connection timers
+//!  poll_transmit(now) ◀── endpoint naks ◀── connections (round robin)
+//!  poll_timeout() = min(connection timers)       poll_event() ◀── events
+//! ```
+//!
+//! Call order for a driver: feed every input (`handle_datagram`,
+//! `handle_timeout`, app calls), then drain `poll_transmit` until `None`,
+//! drain `poll_event`, and sleep until `poll_timeout` or the next datagram.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+
+use diodon_proto::Timestamp;
+
+use crate::config::{Config, ConfigError, Settings, WallClock};
+use crate::conn::{Connection, Ctx};
+use crate::seq::Seq;
+use crate::wire::{Flags, NakCode, SegmentRepr, SegmentType};
+
+/// Opaque handle of a connection record (ids start at 1, never reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnHandle(u64);
+
+impl ConnHandle {
+    /// The numeric id.
+    pub const fn id(self) -> u64 {
+        self.0
+    }
+
+    /// A handle from its id (for drivers and test scripts).
+    pub const fn from_id(id: u64) -> ConnHandle {
+        ConnHandle(id)
+    }
+}
+
+/// Why a connection failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    /// R7: Stimer expired while SNs were unacknowledged (the peer is gone or
+    /// the path lost every retransmission for R).
+    #[error("send timer expired with {bytes} bytes unacknowledged")]
+    Unacknowledged {
+        /// Octets written by the application and never acknowledged.
+        bytes: usize,
+    },
+    /// The peer answered an outstanding segment with a nak.
+    #[error("peer refused: {0}")]
+    Refused(NakCode),
+}
+
+/// Errors of the application calls.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No such handle (never existed, or closed).
+    #[error("unknown connection handle")]
+    UnknownHandle,
+    /// Nothing to read / no room to write right now.
+    #[error("operation would block")]
+    WouldBlock,
+    /// `write` after `shutdown`.
+    #[error("connection is shut down for writing")]
+    WriteShutdown,
+    /// The connection failed; see the cause.
+    #[error("connection failed: {0}")]
+    Failed(ConnectionError),
+    /// The (local port, remote, remote port) tuple already has a record
+    /// (possibly in `TIME_WAIT`).
+    #[error("address in use")]
+    AddrInUse,
+    /// The port is already listened on.
+    #[error("port {0} already listening")]
+    PortInUse(u16),
+    /// Port 0 is reserved.
+    #[error("port 0 is not a valid Delta-t port")]
+    InvalidPort,
+}
+
+/// What happened, for the application and for observers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A listened port has a connection waiting in `accept()`.
+    Incoming {
+        /// The listened port.
+        local_port: u16,
+    },
+    /// In-order data became readable (edge: buffer went from empty to non-empty).
+    Readable(ConnHandle),
+    /// The connection failed; writes and (once drained) reads return the error.
+    Failed {
+        /// Connection.
+        handle: ConnHandle,
+        /// Cause.
+        error: ConnectionError,
+    },
+    /// A nak arrived (surfaced even when it is only a hint).
+    Nak {
+        /// Connection.
+        handle: ConnHandle,
+        /// Error code.
+        code: NakCode,
+        /// SN the nak refers to.
+        sn: Seq,
+    },
+    /// Stimer expired with everything acknowledged (R7, no error).
+    SendTimerExpired(ConnHandle),
+    /// Rtimer expired: receive state reset (R4).
+    ReceiveTimerExpired(ConnHandle),
+    /// A closed record left `TIME_WAIT` and was freed.
+    Closed(ConnHandle),
+}
+
+/// Counters; every drop point has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[expect(
+    missing_docs,
+    reason = "field names are the documentation; see PROTOCOL-DELTAT.md"
+)]
+pub struct Stats {
+    pub datagrams_in: u64,
+    pub datagrams_out: u64,
+    pub malformed: u64,
+    pub expired: u64,
+    pub deadline_too_far: u64,
+    pub recovery_drops: u64,
+    pub no_connection: u64,
+    pub not_in_data_run: u64,
+    pub backlog_full: u64,
+    pub time_wait_discards: u64,
+    pub duplicate_segments: u64,
+    pub out_of_order_segments: u64,
+    pub out_of_window: u64,
+    pub overflow_segments: u64,
+    pub overflow_bytes: u64,
+    pub overruns: u64,
+    pub stale_acks: u64,
+    pub bytes_sent: u64,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub retransmissions: u64,
+    pub fast_retransmits: u64,
+    pub rto_expirations: u64,
+    pub retransmit_limit: u64,
+    pub rendezvous_sent: u64,
+    pub rendezvous_received: u64,
+    pub reliable_acks_sent: u64,
+    pub reliable_acks_received: u64,
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub stimer_expirations: u64,
+    pub rtimer_expirations: u64,
+    pub connections_opened: u64,
+    pub connections_failed: u64,
+}
+
+type Key = (u16, SocketAddr, u16);
+
+/// A Delta-t endpoint (sans-IO). See the module docs for the call order.
+#[derive(Debug)]
+pub struct Endpoint {
+    s: Settings,
+    wall: WallClock,
+    conns: BTreeMap<u64, Connection>,
+    by_key: BTreeMap<Key, u64>,
+    listeners: BTreeSet<u16>,
+    accept_queue: VecDeque<ConnHandle>,
+    events: VecDeque<Event>,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    stats: Stats,
+    next_handle: u64,
+    cursor: u64,
+    send_quiet_until: Option<Timestamp>,
+    recv_quiet_until: Option<Timestamp>,
+}
+
+impl Endpoint {
+    /// A new endpoint. `wall` maps `Timestamp::ZERO` to the time of day (UTC)
+    /// used for segment deadlines.
+    pub fn new(config: Config, wall: WallClock) -> Result<Endpoint, ConfigError> {
+        Ok(Endpoint {
+            s: Settings::new(config)?,
+            wall,
+            conns: BTreeMap::new(),
+            by_key: BTreeMap::new(),
+            listeners: BTreeSet::new(),
+            accept_queue: VecDeque::new(),
+            events: VecDeque::new(),
+            out: VecDeque::new(),
+            stats: Stats::default(),
+            next_handle: 1,
+            cursor: 0,
+            send_quiet_until: None,
+            recv_quiet_until: None,
+        })
+    }
+
+    /// Replaces the wall-clock mapping (after the driver re-reads the clock).
+    pub fn set_wall_clock(&mut self, wall: WallClock) {
+        self.wall = wall;
+    }
+
+    /// Δt of this endpoint's sending direction, in seconds.
+    pub fn delta_t(&self) -> u8 {
+        self.s.delta_t.secs()
+    }
+
+    /// Enforces the restart recovery intervals (thesis 2.1): call once after a
+    /// crash or restart, before anything else. No new SN is sent before
+    /// `now + 3Δt`, and no segment is accepted before `now + Δt`.
+    pub fn start_recovery(&mut self, now: Timestamp) {
+        self.send_quiet_until = Some(now + self.s.stimer());
+        self.recv_quiet_until = Some(now + self.s.delta_t.duration());
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Number of connection records (including `TIME_WAIT`).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    // ---- application calls --------------------------------------------------
+
+    /// Accepts connections on `port`: a record is created by the first
+    /// acceptable segment (data or rendezvous with the D flag).
+    pub fn listen(&mut self, port: u16) -> Result<(), Error> {
+        if port == 0 {
+            return Err(Error::InvalidPort);
+        }
+        if !self.listeners.insert(port) {
+            return Err(Error::PortInUse(port));
+        }
+        Ok(())
+    }
+
+    /// Stops listening; queued, unaccepted connections stay until closed.
+    pub fn unlisten(&mut self, port: u16) {
+        self.listeners.remove(&port);
+    }
+
+    /// Next connection created on a listened port.
+    pub fn accept(&mut self) -> Option<ConnHandle> {
+        self.accept_queue.pop_front()
+    }
+
+    /// Registers a peer (active open). Sends nothing: the first write opens
+    /// the connection.
+    pub fn connect(
+        &mut self,
+        remote: SocketAddr,
+        remote_port: u16,
+        local_port: u16,
+    ) -> Result<ConnHandle, Error> {
+        if remote_port == 0 || local_port == 0 {
+            return Err(Error::InvalidPort);
+        }
+        let key = (local_port, remote, remote_port);
+        if self.by_key.contains_key(&key) {
+            return Err(Error::AddrInUse);
+        }
+        Ok(self.insert(key))
+    }
+
+    fn insert(&mut self, key: Key) -> ConnHandle {
+        let handle = ConnHandle(self.next_handle);
+        self.next_handle += 1;
+        self.stats.connections_opened += 1;
+        self.conns.insert(
+            handle.0,
+            Connection::new(handle, key.0, key.1, key.2, &self.s),
+        );
+        self.by_key.insert(key, handle.0);
+        handle
+    }
+
+    fn conn(&mut self, h: ConnHandle) -> Result<&mut Connection, Error> {
+        match self.conns.get_mut(&h.0) {
+            Some(c) if !c.time_wait => Ok(c),
+            _ => Err(Error::UnknownHandle),
+        }
+    }
+
+    /// Queues bytes; returns how many fit (≥ 1), or `WouldBlock` when none did.
+    pub fn write(&mut self, h: ConnHandle, data: &[u8]) -> Result<usize, Error> {
+        let s = &self.s;
+        match self.conns.get_mut(&h.0) {
+            Some(c) if !c.time_wait => c.write(data, s),
+            _ => Err(Error::UnknownHandle),
+        }
+    }
+
+    /// Reads in-order bytes; `WouldBlock` when none are ready, the failure
+    /// once a failed connection is drained.
+    pub fn read(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
+        self.conn(h)?.read(buf)
+    }
+
+    /// Bytes ready to read.
+    pub fn readable(&self, h: ConnHandle) -> Result<usize, Error> {
+        self.conns
+            .get(&h.0)
+            .filter(|c| !c.time_wait)
+            .map(Connection::readable)
+            .ok_or(Error::UnknownHandle)
+    }
+
+    /// Bytes written and not yet acknowledged (0 = everything delivered).
+    pub fn unacked(&self, h: ConnHandle) -> Result<usize, Error> {
+        self.conns
+            .get(&h.0)
+            .filter(|c| !c.time_wait)
+            .map(Connection::unacked)
+            .ok_or(Error::UnknownHandle)
+    }
+
+    /// Room in the send buffer.
+    pub fn send_capacity(&self, h: ConnHandle) -> Result<usize, Error> {
+        let s = &self.s;
+        self.conns
+            .get(&h.0)
+            .filter(|c| !c.time_wait)
+            .map(|c| c.send_capacity(s))
+            .ok_or(Error::UnknownHandle)
+    }
+
+    /// The failure of a connection, if any.
+    pub fn error(&self, h: ConnHandle) -> Result<Option<ConnectionError>, Error> {
+        self.conns
+            .get(&h.0)
+            .filter(|c| !c.time_wait)
+            .map(|c| c.failed.clone())
+            .ok_or(Error::UnknownHandle)
+    }
+
+    /// Ends writing. Delta-t has no FIN: queued data is still delivered, the
+    /// peer learns nothing (applications frame their own end of stream).
+    pub fn shutdown(&mut self, h: ConnHandle) -> Result<(), Error> {
+        self.conn(h)?.write_shutdown = true;
+        Ok(())
+    }
+
+    /// Releases the handle. With both timers stopped the record is freed at
+    /// once (CLOSED); otherwise it enters `TIME_WAIT` until both expire: queued
+    /// data is still sent and retransmitted, inbound data is discarded and
+    /// answered with a `Closed` nak.
+    pub fn close(&mut self, h: ConnHandle) -> Result<(), Error> {
+        let c = self.conn(h)?;
+        c.time_wait = true;
+        c.write_shutdown = true;
+        self.accept_queue.retain(|q| *q != h);
+        self.reap();
+        Ok(())
+    }
+
+    // ---- network side -------------------------------------------------------
+
+    fn ctx(&mut self, now: Timestamp) -> (Ctx<'_>, &mut BTreeMap<u64, Connection>) {
+        let may_send_new = self.send_quiet_until.is_none_or(|t| now >= t);
+        (
+            Ctx {
+                s: &self.s,
+                wall: self.wall,
+                stats: &mut self.stats,
+                events: &mut self.events,
+                may_send_new,
+            },
+            &mut self.conns,
+        )
+    }
+
+    /// One received UDP payload from `remote`.
+    pub fn handle_datagram(&mut self, now: Timestamp, remote: SocketAddr, bytes: &[u8]) {
+        self.stats.datagrams_in += 1;
+        let Ok(seg) = SegmentRepr::parse_bytes(bytes) else {
+            self.stats.malformed += 1;
+            return;
+        };
+        let skew = i64::try_from(self.s.cfg.clock_skew_tolerance.as_millis()).unwrap_or(i64::MAX);
+        let remaining = seg.deadline.remaining_ms(self.wall.time_of_day(now));
+        if remaining < -skew {
+            self.stats.expired += 1;
+            if matches!(seg.kind, SegmentType::Data | SegmentType::Rendezvous) {
+                self.nak(now, remote, &seg, NakCode::Expired);
+            }
+            return;
+        }
+        if remaining > i64::from(seg.lifetime.secs()) * 1000 + skew {
+            self.stats.deadline_too_far += 1;
+            return;
+        }
+        if self.recv_quiet_until.is_some_and(|t| now < t) {
+            self.stats.recovery_drops += 1;
+            return;
+        }
+        let key = (seg.dst_port, remote, seg.src_port);
+        let existing = self.by_key.get(&key).copied();
+        let Some(id) = existing.or_else(|| self.open_record(now, remote, key, &seg)) else {
+            return;
+        };
+        let (mut ctx, conns) = self.ctx(now);
+        if let Some(c) = conns.get_mut(&id) {
+            c.handle_segment(now, &seg, &mut ctx);
+        }
+    }
+
+    /// A segment for no record: open one on a listened port if acceptable,
+    /// otherwise count it (and nak data/rendezvous).
+    fn open_record(
+        &mut self,
+        now: Timestamp,
+        remote: SocketAddr,
+        key: Key,
+        seg: &SegmentRepr<'_>,
+    ) -> Option<u64> {
+        let opens = matches!(seg.kind, SegmentType::Data | SegmentType::Rendezvous);
+        if !opens {
+            self.stats.no_connection += 1;
+            return None;
+        }
+        if !self.listeners.contains(&seg.dst_port) {
+            self.stats.no_connection += 1;
+            self.nak(now, remote, seg, NakCode::PortUnreachable);
+            return None;
+        }
+        if !seg.flags.contains(Flags::D) {
+            self.stats.not_in_data_run += 1;
+            return None;
+        }
+        let queued = self
+            .accept_queue
+            .iter()
+            .filter(|h| {
+                self.conns
+                    .get(&h.0)
+                    .is_some_and(|c| c.local_port == seg.dst_port)
+            })
+            .count();
+        if queued >= self.s.cfg.backlog {
+            self.stats.backlog_full += 1;
+            self.nak(now, remote, seg, NakCode::BacklogFull);
+            return None;
+        }
+        let h = self.insert(key);
+        self.accept_queue.push_back(h);
+        self.events.push_back(Event::Incoming {
+            local_port: seg.dst_port,
+        });
+        Some(h.0)
+    }
+
+    fn nak(&mut self, now: Timestamp, remote: SocketAddr, seg: &SegmentRepr<'_>, code: NakCode) {
+        self.stats.naks_sent += 1;
+        self.out
+            .push_back((remote, Connection::nak(seg, code, now, &self.s, self.wall)));
+    }
+
+    /// Runs every timer due at `now` (idempotent).
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        if self.send_quiet_until.is_some_and(|t| now >= t) {
+            self.send_quiet_until = None;
+        }
+        if self.recv_quiet_until.is_some_and(|t| now >= t) {
+            self.recv_quiet_until = None;
+        }
+        let (mut ctx, conns) = self.ctx(now);
+        for c in conns.values_mut() {
+            c.handle_timeout(now, &mut ctx);
+        }
+        self.reap();
+    }
+
+    fn reap(&mut self) {
+        let dead: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.is_reapable())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dead {
+            if let Some(c) = self.conns.remove(&id) {
+                self.by_key.remove(&(c.local_port, c.remote, c.remote_port));
+                self.events.push_back(Event::Closed(c.handle));
+            }
+        }
+    }
+
+    /// Next datagram to send.
+    pub fn poll_transmit(&mut self, now: Timestamp) -> Option<(SocketAddr, Vec<u8>)> {
+        if let Some(t) = self.out.pop_front() {
+            self.stats.datagrams_out += 1;
+            return Some(t);
+        }
+        let cursor = self.cursor;
+        let (mut ctx, conns) = self.ctx(now);
+        let mut hit = None;
+        for (id, c) in conns.range_mut(cursor + 1..) {
+            if let Some(d) = c.poll_transmit(now, &mut ctx) {
+                hit = Some((*id, c.remote, d));
+                break;
+            }
+        }
+        if hit.is_none() {
+            for (id, c) in conns.range_mut(..=cursor) {
+                if let Some(d) = c.poll_transmit(now, &mut ctx) {
+                    hit = Some((*id, c.remote, d));
+                    break;
+                }
+            }
+        }
+        let (id, remote, d) = hit?;
+        self.cursor = id;
+        self.stats.datagrams_out += 1;
+        Some((remote, d))
+    }
+
+    /// Earliest timer over all connections.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let conns = self
+            .conns
+            .values()
+            .filter_map(Connection::next_timeout)
+            .min();
+        let quiet = self.send_quiet_until.filter(|_| !self.conns.is_empty());
+        match (conns, quiet) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Rules R1–R7 of the thesis, one test each, driving an endpoint with
+    //! hand-built segments in virtual time.
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::wire::{Deadline, Lifetime};
+
+    const LOCAL: u16 = 8080;
+    const REMOTE_PORT: u16 = 9090;
+
+    fn remote() -> SocketAddr {
+        "192.0.2.9:4000".parse().expect("address")
+    }
+
+    fn ms(v: u64) -> Timestamp {
+        Timestamp::from_millis(v)
+    }
+
+    /// Δt = 2 s (Rtimer 4 s, Stimer 6 s), R = 1 s.
+    fn endpoint(recv_buffer: usize) -> Endpoint {
+        let cfg = Config {
+            max_packet_lifetime: Duration::from_millis(500),
+            max_retransmit_time: Duration::from_secs(1),
+            max_ack_delay: Duration::from_millis(500),
+            initial_rto: Duration::from_millis(500),
+            min_rto: Duration::from_millis(200),
+            max_payload: 100,
+            recv_buffer,
+            ..Config::default()
+        };
+        Endpoint::new(cfg, WallClock::at_origin(1_000_000)).expect("config")
+    }
+
+    /// A segment from the peer, deadline `now + lifetime`.
+    fn seg(
+        ep: &Endpoint,
+        now: Timestamp,
+        kind: SegmentType,
+        flags: Flags,
+        sn: u32,
+        len: usize,
+        lifetime: u8,
+    ) -> Vec<u8> {
+        let lifetime = Lifetime::from_secs(lifetime).expect("lifetime");
+        let payload = vec![0xab; len];
+        SegmentRepr {
+            src_port: REMOTE_PORT,
+            dst_port: LOCAL,
+            kind,
+            flags,
+            sn: Seq(sn),
+            deadline: ep.wall.deadline(now, lifetime),
+            lifetime,
+            window: 65_535,
+            payload: &payload,
+        }
+        .to_vec()
+        .expect("segment")
+    }
+
+    fn deliver(ep: &mut Endpoint, now: Timestamp, bytes: &[u8]) {
+        ep.handle_datagram(now, remote(), bytes);
+    }
+
+    fn run_until(ep: &mut Endpoint, until: Timestamp, sent: &mut Vec<(Timestamp, Vec<u8>)>) {
+        let mut now = ms(0);
+        loop {
+            while let Some((_, d)) = ep.poll_transmit(now) {
+                sent.push((now, d));
+            }
+            match ep.poll_timeout() {
+                Some(t) if t <= until => {
+                    now = now.max(t);
+                    ep.handle_timeout(now);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    fn events(ep: &mut Endpoint) -> Vec<Event> {
+        std::iter::from_fn(|| ep.poll_event()).collect()
+    }
+
+    fn parsed(d: &[u8]) -> SegmentRepr<'_> {
+        SegmentRepr::parse_bytes(d).expect("core emits valid segments")
+    }
+
+    #[test]
+    fn r1_stimer_is_refreshed_by_each_new_sn() {
+        let mut ep = endpoint(1000);
+        let h = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
+        ep.write(h, b"a").expect("write");
+        assert!(ep.poll_transmit(ms(0)).is_some());
+        let ack = seg(&ep, ms(50), SegmentType::Ack, Flags::NONE, 1, 0, 2);
+        deliver(&mut ep, ms(50), &ack);
+        ep.write(h, b"b").expect("write");
+        assert!(ep.poll_transmit(ms(3000)).is_some(), "new SN at t = 3 s");
+        let ack = seg(&ep, ms(3050), SegmentType::Ack, Flags::NONE, 2, 0, 2);
+        deliver(&mut ep, ms(3050), &ack);
+        ep.handle_timeout(ms(6001));
+        assert!(
+            events(&mut ep).is_empty(),
+            "Stimer must have been refreshed at 3 s"
+        );
+        ep.handle_timeout(ms(9001));
+        assert_eq!(events(&mut ep), vec![Event::SendTimerExpired(h)]);
+    }
+
+    #[test]
+    fn r2_exhausted_segment_blocks_new_sns_until_acked() {
+        let mut ep = endpoint(1000);
+        let h = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
+        ep.write(h, b"first").expect("write");
+        let mut sent = Vec::new();
+        run_until(&mut ep, ms(3500), &mut sent);
+        let times: Vec<u64> = sent.iter().map(|(t, _)| t.as_millis()).collect();
+        assert_eq!(
+            times,
+            vec![0, 500, 1000],
+            "retransmitted until R = 1 s, then no more"
+        );
+        ep.write(h, b"second").expect("write");
+        assert!(
+            ep.poll_transmit(ms(3500)).is_none(),
+            "R2: no new SN while an exhausted one is unacked"
+        );
+        let ack = seg(&ep, ms(3600), SegmentType::Ack, Flags::NONE, 5, 0, 2);
+        deliver(&mut ep, ms(3600), &ack);
+        let (_, d) = ep.poll_transmit(ms(3600)).expect("unblocked by the ack");
+        assert_eq!(parsed(&d).payload, b"second");
+    }
+
+    #[test]
+    fn r3_rtimer_is_refreshed_by_new_sn_and_by_overflow() {
+        let mut ep = endpoint(100);
+        ep.listen(LOCAL).expect("listen");
+        let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 100, 1);
+        deliver(&mut ep, ms(0), &d); // Rtimer = 2 x 1 s
+        let over = seg(&ep, ms(1500), SegmentType::Data, Flags::NONE, 100, 50, 1);
+        deliver(&mut ep, ms(1500), &over); // window is 0: overflow
+        assert_eq!(ep.stats().overflow_segments, 1);
+        ep.handle_timeout(ms(2500));
+        assert!(!events(&mut ep)
+            .iter()
+            .any(|e| matches!(e, Event::ReceiveTimerExpired(_))));
+        ep.handle_timeout(ms(3500));
+        assert!(events(&mut ep)
+            .iter()
+            .any(|e| matches!(e, Event::ReceiveTimerExpired(_))));
+    }
+
+    #[test]
+    fn r4_rtimer_expiry_resets_the_receive_state() {
+        let mut ep = endpoint(1000);
+        ep.listen(LOCAL).expect("listen");
+        let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 1);
+        deliver(&mut ep, ms(0), &d);
+        let h = ep.accept().expect("accepted");
+        ep.handle_timeout(ms(2000));
+        // The next in-sequence segment without D is no longer acceptable…
+        let next = seg(&ep, ms(2100), SegmentType::Data, Flags::NONE, 10, 10, 1);
+        deliver(&mut ep, ms(2100), &next);
+        assert_eq!(ep.stats().not_in_data_run, 1);
+        // …but a data run at any SN is.
+        let run = seg(&ep, ms(2200), SegmentType::Data, Flags::D, 777_777, 10, 1);
+        deliver(&mut ep, ms(2200), &run);
+        assert_eq!(ep.readable(h), Ok(20));
+    }
+
+    #[test]
+    fn r5_data_lifetime_counts_from_the_first_transmission() {
+        let mut ep = endpoint(1000);
+        let h = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
+        ep.write(h, b"x").expect("write");
+        let mut sent = Vec::new();
+        run_until(&mut ep, ms(800), &mut sent);
+        assert_eq!(sent.len(), 2, "first send and one retransmission");
+        let first = parsed(&sent[0].1);
+        let again = parsed(&sent[1].1);
+        assert_eq!(first.lifetime.secs(), 2, "lifetime field = Δt");
+        assert_eq!(
+            first.deadline,
+            ep.wall.time_of_day(ms(0)).after(Duration::from_secs(2))
+        );
+        assert_eq!(
+            again.deadline, first.deadline,
+            "retransmission keeps the deadline"
+        );
+    }
+
+    #[test]
+    fn r6_ack_lifetime_starts_when_the_sn_is_tested() {
+        let mut ep = endpoint(1000);
+        ep.listen(LOCAL).expect("listen");
+        let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 7);
+        deliver(&mut ep, ms(1234), &d);
+        let (_, ack) = ep.poll_transmit(ms(1234)).expect("ack");
+        let ack = parsed(&ack);
+        assert_eq!(ack.lifetime.secs(), 7, "acks carry the peer's Δt");
+        assert_eq!(
+            ack.deadline,
+            ep.wall.time_of_day(ms(1234)).after(Duration::from_secs(7))
+        );
+    }
+
+    #[test]
+    fn r7_stimer_expiry_reports_unacked_data_as_an_error() {
+        let mut ep = endpoint(1000);
+        let h = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
+        ep.write(h, b"lost").expect("write");
+        let mut sent = Vec::new();
+        run_until(&mut ep, ms(6100), &mut sent);
+        let failed = events(&mut ep);
+        assert_eq!(
+            failed,
+            vec![Event::Failed {
+                handle: h,
+                error: ConnectionError::Unacknowledged { bytes: 4 }
+            }]
+        );
+        assert_eq!(
+            ep.write(h, b"more"),
+            Err(Error::Failed(ConnectionError::Unacknowledged { bytes: 4 }))
+        );
+        assert_eq!(ep.stats().stimer_expirations, 1);
+    }
+
+    #[test]
+    fn time_wait_holds_the_address_until_both_timers_expire() {
+        let mut ep = endpoint(1000);
+        ep.listen(LOCAL).expect("listen");
+        let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 1);
+        deliver(&mut ep, ms(0), &d);
+        let h = ep.accept().expect("accepted");
+        while ep.poll_transmit(ms(0)).is_some() {}
+        ep.close(h).expect("close");
+        assert_eq!(
+            ep.connect(remote(), REMOTE_PORT, LOCAL),
+            Err(Error::AddrInUse)
+        );
+        ep.handle_timeout(ms(2000));
+        assert!(events(&mut ep).contains(&Event::Closed(h)));
+        assert!(ep.connect(remote(), REMOTE_PORT, LOCAL).is_ok());
+    }
+
+    #[test]
+    fn deadline_check_is_wrap_aware_and_tolerant() {
+        let mut ep = endpoint(1000);
+        ep.listen(LOCAL).expect("listen");
+        let now = ms(10_000);
+        let today = ep.wall.time_of_day(now);
+        let mut bytes = seg(&ep, now, SegmentType::Data, Flags::D, 0, 10, 2);
+        let late = Deadline::wrapping(u64::from(today.ms()) + 86_400_000 - 600);
+        let mut s = crate::wire::Segment::new_unchecked(&mut bytes[..]);
+        s.set_deadline(late);
+        s.fill_checksum();
+        deliver(&mut ep, now, &bytes);
+        assert_eq!(
+            ep.stats().expired,
+            1,
+            "600 ms late exceeds the 500 ms tolerance"
+        );
+    }
+}

@@ -1,0 +1,457 @@
+//! Kernel counters at the measuring points of a diode (thesis §4.3): the UDP
+//! MIB (`/proc/net/snmp` `Udp:` lines, `/proc/net/snmp6` `Udp6*` lines) and
+//! per-interface link statistics (`/sys/class/net/IF/statistics/*`,
+//! `/proc/net/dev`), as plain snapshots with saturating deltas.
+//!
+//! ```text
+//!  sender app ─► SndbufErrors/OutDatagrams ─► tx_{packets,dropped} ═ link ═►
+//!  rx_{packets,dropped,missed_errors} ─► InDatagrams/RcvbufErrors/InErrors ─► receiver app
+//! ```
+//!
+//! Network namespaces: `/proc/net` follows the *process* leader's namespace;
+//! [`UdpSnmp::read`] and [`LinkStats::read_proc`] read `/proc/thread-self/net`
+//! so a thread that entered a namespace sees that namespace's counters.
+//! sysfs shows the namespace it was mounted in, so [`LinkStats::read`] is for
+//! the current mount (`ip netns exec` remounts it).
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Errors reading or parsing kernel counters.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterError {
+    /// A counter file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The text did not have the expected layout.
+    #[error("malformed counters in {what}: {reason}")]
+    Malformed {
+        /// What was being parsed.
+        what: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The interface is not listed.
+    #[error("interface {0} not found")]
+    NoSuchInterface(String),
+}
+
+fn read_text(path: &Path) -> Result<String, CounterError> {
+    fs::read_to_string(path).map_err(|source| CounterError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The first of `paths` that exists (falls back to the last one).
+fn first_existing(paths: &[&'static str]) -> &'static Path {
+    let path = paths
+        .iter()
+        .copied()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or(paths[paths.len() - 1]);
+    Path::new(path)
+}
+
+/// The kernel's UDP MIB (one address family). Fields a kernel does not report
+/// read as 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpSnmp {
+    /// Datagrams delivered to sockets.
+    pub in_datagrams: u64,
+    /// Datagrams to a port with no socket.
+    pub no_ports: u64,
+    /// Datagrams dropped on receive for any reason (includes `rcvbuf_errors`).
+    pub in_errors: u64,
+    /// Datagrams sent.
+    pub out_datagrams: u64,
+    /// Datagrams dropped because a receive buffer was full.
+    pub rcvbuf_errors: u64,
+    /// Datagrams dropped because a send buffer / device queue was full.
+    pub sndbuf_errors: u64,
+    /// Datagrams with a bad checksum.
+    pub in_csum_errors: u64,
+    /// Broadcast/multicast datagrams nobody listened to.
+    pub ignored_multi: u64,
+    /// Datagrams dropped for socket memory accounting.
+    pub mem_errors: u64,
+}
+
+impl UdpSnmp {
+    /// The IPv4 UDP MIB of the calling thread's network namespace.
+    pub fn read() -> Result<Self, CounterError> {
+        let path = first_existing(&["/proc/thread-self/net/snmp", "/proc/net/snmp"]);
+        Self::parse_snmp(&read_text(path)?)
+    }
+
+    /// The IPv6 UDP MIB of the calling thread's network namespace.
+    pub fn read_v6() -> Result<Self, CounterError> {
+        let path = first_existing(&["/proc/thread-self/net/snmp6", "/proc/net/snmp6"]);
+        Self::parse_snmp6(&read_text(path)?)
+    }
+
+    /// Parses the `Udp:` header/value line pair of `/proc/net/snmp`.
+    pub fn parse_snmp(text: &str) -> Result<Self, CounterError> {
+        let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
+        let (Some(header), Some(values)) = (lines.next(), lines.next()) else {
+            return Err(CounterError::Malformed {
+                what: "snmp",
+                reason: "no `Udp:` header and value lines".into(),
+            });
+        };
+        let names = header.split_whitespace().skip(1);
+        let values: Vec<&str> = values.split_whitespace().skip(1).collect();
+        if names.clone().count() != values.len() {
+            return Err(CounterError::Malformed {
+                what: "snmp",
+                reason: format!("{} names but {} values", names.count(), values.len()),
+            });
+        }
+        let mut out = UdpSnmp::default();
+        for (name, value) in names.zip(values) {
+            out.set(name, parse_u64("snmp", value)?);
+        }
+        Ok(out)
+    }
+
+    /// Parses the `Udp6*` lines of `/proc/net/snmp6`.
+    pub fn parse_snmp6(text: &str) -> Result<Self, CounterError> {
+        let mut out = UdpSnmp::default();
+        let mut seen = false;
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            if let Some(name) = key.strip_prefix("Udp6") {
+                out.set(name, parse_u64("snmp6", value)?);
+                seen = true;
+            }
+        }
+        if seen {
+            Ok(out)
+        } else {
+            Err(CounterError::Malformed {
+                what: "snmp6",
+                reason: "no `Udp6*` lines".into(),
+            })
+        }
+    }
+
+    fn set(&mut self, name: &str, value: u64) {
+        let field = match name {
+            "InDatagrams" => &mut self.in_datagrams,
+            "NoPorts" => &mut self.no_ports,
+            "InErrors" => &mut self.in_errors,
+            "OutDatagrams" => &mut self.out_datagrams,
+            "RcvbufErrors" => &mut self.rcvbuf_errors,
+            "SndbufErrors" => &mut self.sndbuf_errors,
+            "InCsumErrors" => &mut self.in_csum_errors,
+            "IgnoredMulti" => &mut self.ignored_multi,
+            "MemErrors" => &mut self.mem_errors,
+            _ => return,
+        };
+        *field = value;
+    }
+
+    /// `self − earlier`, field by field, saturating at 0 (counters that were
+    /// reset or wrapped read as 0, never as a huge number).
+    #[must_use]
+    pub fn delta(&self, earlier: &Self) -> Self {
+        UdpSnmp {
+            in_datagrams: self.in_datagrams.saturating_sub(earlier.in_datagrams),
+            no_ports: self.no_ports.saturating_sub(earlier.no_ports),
+            in_errors: self.in_errors.saturating_sub(earlier.in_errors),
+            out_datagrams: self.out_datagrams.saturating_sub(earlier.out_datagrams),
+            rcvbuf_errors: self.rcvbuf_errors.saturating_sub(earlier.rcvbuf_errors),
+            sndbuf_errors: self.sndbuf_errors.saturating_sub(earlier.sndbuf_errors),
+            in_csum_errors: self.in_csum_errors.saturating_sub(earlier.in_csum_errors),
+            ignored_multi: self.ignored_multi.saturating_sub(earlier.ignored_multi),
+            mem_errors: self.mem_errors.saturating_sub(earlier.mem_errors),
+        }
+    }
+}
+
+/// Per-interface link statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Packets dropped on receive (from `/proc/net/dev`: also includes
+    /// `rx_missed_errors`).
+    pub rx_dropped: u64,
+    /// Packets the NIC missed (ring full); 0 from `/proc/net/dev`.
+    pub rx_missed_errors: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Packets dropped on transmit.
+    pub tx_dropped: u64,
+}
+
+impl LinkStats {
+    /// Reads `/sys/class/net/IFACE/statistics/*`.
+    pub fn read(iface: &str) -> Result<Self, CounterError> {
+        Self::read_sysfs(Path::new("/sys/class/net"), iface)
+    }
+
+    /// Reads `ROOT/IFACE/statistics/*` (`ROOT` is normally `/sys/class/net`;
+    /// tests point it at a fixture directory).
+    pub fn read_sysfs(root: &Path, iface: &str) -> Result<Self, CounterError> {
+        let dir = root.join(iface).join("statistics");
+        if !dir.is_dir() {
+            return Err(CounterError::NoSuchInterface(iface.to_owned()));
+        }
+        let get = |name: &str| -> Result<u64, CounterError> {
+            let text = read_text(&dir.join(name))?;
+            parse_u64("sysfs statistics", text.trim())
+        };
+        Ok(LinkStats {
+            rx_packets: get("rx_packets")?,
+            rx_bytes: get("rx_bytes")?,
+            rx_errors: get("rx_errors")?,
+            rx_dropped: get("rx_dropped")?,
+            rx_missed_errors: get("rx_missed_errors")?,
+            tx_packets: get("tx_packets")?,
+            tx_bytes: get("tx_bytes")?,
+            tx_errors: get("tx_errors")?,
+            tx_dropped: get("tx_dropped")?,
+        })
+    }
+
+    /// Reads `IFACE`'s line of `/proc/thread-self/net/dev` (the calling
+    /// thread's namespace).
+    pub fn read_proc(iface: &str) -> Result<Self, CounterError> {
+        let path = first_existing(&["/proc/thread-self/net/dev", "/proc/net/dev"]);
+        Self::parse_proc_net_dev(&read_text(path)?, iface)
+    }
+
+    /// Parses `IFACE`'s line of `/proc/net/dev` text.
+    pub fn parse_proc_net_dev(text: &str, iface: &str) -> Result<Self, CounterError> {
+        for line in text.lines() {
+            let Some((name, rest)) = line.split_once(':') else {
+                continue;
+            };
+            if name.trim() != iface {
+                continue;
+            }
+            let v = rest
+                .split_whitespace()
+                .map(|f| parse_u64("net/dev", f))
+                .collect::<Result<Vec<_>, _>>()?;
+            if v.len() < 16 {
+                return Err(CounterError::Malformed {
+                    what: "net/dev",
+                    reason: format!("{iface}: {} fields, expected 16", v.len()),
+                });
+            }
+            return Ok(LinkStats {
+                rx_bytes: v[0],
+                rx_packets: v[1],
+                rx_errors: v[2],
+                rx_dropped: v[3],
+                rx_missed_errors: 0,
+                tx_bytes: v[8],
+                tx_packets: v[9],
+                tx_errors: v[10],
+                tx_dropped: v[11],
+            });
+        }
+        Err(CounterError::NoSuchInterface(iface.to_owned()))
+    }
+
+    /// `self − earlier`, field by field, saturating at 0.
+    #[must_use]
+    pub fn delta(&self, earlier: &Self) -> Self {
+        LinkStats {
+            rx_packets: self.rx_packets.saturating_sub(earlier.rx_packets),
+            rx_bytes: self.rx_bytes.saturating_sub(earlier.rx_bytes),
+            rx_errors: self.rx_errors.saturating_sub(earlier.rx_errors),
+            rx_dropped: self.rx_dropped.saturating_sub(earlier.rx_dropped),
+            rx_missed_errors: self
+                .rx_missed_errors
+                .saturating_sub(earlier.rx_missed_errors),
+            tx_packets: self.tx_packets.saturating_sub(earlier.tx_packets),
+            tx_bytes: self.tx_bytes.saturating_sub(earlier.tx_bytes),
+            tx_errors: self.tx_errors.saturating_sub(earlier.tx_errors),
+            tx_dropped: self.tx_dropped.saturating_sub(earlier.tx_dropped),
+        }
+    }
+}
+
+fn parse_u64(what: &'static str, s: &str) -> Result<u64, CounterError> {
+    s.parse().map_err(|_| CounterError::Malformed {
+        what,
+        reason: format!("not a counter: {s:?}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SNMP: &str = "\
+Ip: Forwarding DefaultTTL InReceives
+Ip: 1 64 12345
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 1000 2 30 999 28 4 1 0 5
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 7 7 7 7 7 7 7 7 7
+";
+
+    const SNMP_OLD_KERNEL: &str = "\
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+Udp: 5 0 1 6 1 0
+";
+
+    const SNMP6: &str = "\
+Ip6InReceives                   \t42
+Udp6InDatagrams                 \t10
+Udp6NoPorts                     \t0
+Udp6InErrors                    \t3
+Udp6OutDatagrams                \t11
+Udp6RcvbufErrors                \t3
+Udp6SndbufErrors                \t0
+Udp6InCsumErrors                \t0
+UdpLite6InDatagrams             \t9
+";
+
+    const NET_DEV: &str = "\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:    3193      29    0    0    0     0          0         0     3193      29    0    0    0     0       0          0
+   rx0: 1500000    1000    1    2    0     0          0         0       84       1    0    9    0     0       0          0
+";
+
+    #[test]
+    fn parses_udp_line_pair() {
+        let s = UdpSnmp::parse_snmp(SNMP).expect("test");
+        assert_eq!(
+            s,
+            UdpSnmp {
+                in_datagrams: 1000,
+                no_ports: 2,
+                in_errors: 30,
+                out_datagrams: 999,
+                rcvbuf_errors: 28,
+                sndbuf_errors: 4,
+                in_csum_errors: 1,
+                ignored_multi: 0,
+                mem_errors: 5,
+            }
+        );
+    }
+
+    #[test]
+    fn old_kernel_missing_fields_read_zero() {
+        let s = UdpSnmp::parse_snmp(SNMP_OLD_KERNEL).expect("test");
+        assert_eq!(s.rcvbuf_errors, 1);
+        assert_eq!(s.in_csum_errors, 0);
+    }
+
+    #[test]
+    fn rejects_malformed_snmp() {
+        assert!(UdpSnmp::parse_snmp("Ip: a b\nIp: 1 2\n").is_err());
+        assert!(UdpSnmp::parse_snmp("Udp: A B\nUdp: 1\n").is_err());
+        assert!(UdpSnmp::parse_snmp("Udp: A B\nUdp: 1 x\n").is_err());
+        assert!(UdpSnmp::parse_snmp6("Ip6InReceives 4\n").is_err());
+    }
+
+    #[test]
+    fn parses_snmp6() {
+        let s = UdpSnmp::parse_snmp6(SNMP6).expect("test");
+        assert_eq!(s.in_datagrams, 10);
+        assert_eq!(s.out_datagrams, 11);
+        assert_eq!(s.rcvbuf_errors, 3);
+        assert_eq!(s.in_errors, 3);
+    }
+
+    #[test]
+    fn delta_saturates() {
+        let a = UdpSnmp::parse_snmp(SNMP).expect("test");
+        let mut b = a;
+        b.in_datagrams += 5;
+        b.rcvbuf_errors = 0; // counter reset
+        let d = b.delta(&a);
+        assert_eq!(d.in_datagrams, 5);
+        assert_eq!(d.rcvbuf_errors, 0);
+        assert_eq!(d.out_datagrams, 0);
+    }
+
+    #[test]
+    fn parses_proc_net_dev() {
+        let s = LinkStats::parse_proc_net_dev(NET_DEV, "rx0").expect("test");
+        assert_eq!(s.rx_bytes, 1_500_000);
+        assert_eq!(s.rx_packets, 1000);
+        assert_eq!(s.rx_errors, 1);
+        assert_eq!(s.rx_dropped, 2);
+        assert_eq!(s.tx_packets, 1);
+        assert_eq!(s.tx_dropped, 9);
+        assert!(matches!(
+            LinkStats::parse_proc_net_dev(NET_DEV, "eth9"),
+            Err(CounterError::NoSuchInterface(_))
+        ));
+    }
+
+    #[test]
+    fn reads_sysfs_fixture_and_delta() {
+        let root = std::env::temp_dir().join(format!("diodon-sysfs-{}", std::process::id()));
+        let dir = root.join("veth0").join("statistics");
+        fs::create_dir_all(&dir).expect("test");
+        for (i, name) in [
+            "rx_packets",
+            "rx_bytes",
+            "rx_errors",
+            "rx_dropped",
+            "rx_missed_errors",
+            "tx_packets",
+            "tx_bytes",
+            "tx_errors",
+            "tx_dropped",
+        ]
+        .iter()
+        .enumerate()
+        {
+            fs::write(dir.join(name), format!("{}\n", (i + 1) * 10)).expect("test");
+        }
+        let s = LinkStats::read_sysfs(&root, "veth0").expect("test");
+        fs::remove_dir_all(&root).expect("test");
+        assert_eq!(s.rx_packets, 10);
+        assert_eq!(s.rx_missed_errors, 50);
+        assert_eq!(s.tx_dropped, 90);
+        assert_eq!(s.delta(&LinkStats::default()), s);
+        assert_eq!(LinkStats::default().delta(&s), LinkStats::default());
+    }
+
+    #[test]
+    fn reads_live_files() {
+        let v4 = UdpSnmp::read().expect("test");
+        let again = UdpSnmp::read().expect("test");
+        assert!(again.in_datagrams >= v4.in_datagrams);
+        // snmp6 exists whenever IPv6 is compiled in.
+        if Path::new("/proc/net/snmp6").exists() {
+            UdpSnmp::read_v6().expect("test");
+        }
+        let lo = LinkStats::read("lo").expect("test");
+        let lo_proc = LinkStats::read_proc("lo").expect("test");
+        assert!(lo_proc.rx_packets >= lo.rx_packets);
+        assert!(matches!(
+            LinkStats::read("diodon-none0"),
+            Err(CounterError::NoSuchInterface(_))
+        ));
+    }
+}

@@ -1,0 +1,435 @@
+//! Stable-toolchain property tests behind the fuzz targets (DESIGN.md, style
+//! rule 5): random bytes through every `diodon_proto::fuzzing` function (so
+//! `cargo test` exercises what `cargo fuzz` does, in miniature), and wire
+//! round trips: every valid `DatagramRepr` (data, repair, beacon, open,
+//! trailer) emits and parses back to itself in both integrity modes, and no
+//! single-bit flip of an emitted datagram is ever accepted.
+
+use diodon_proto::fuzzing;
+use diodon_proto::wire::{
+    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
+    DatagramRepr, Header, Integrity, SymbolRepr, TrailerRepr, TrailerStatus, MAX_NAME_LEN,
+};
+use diodon_proto::{ChannelId, SessionId};
+use proptest::prelude::*;
+
+/// An owned description of a valid datagram (the repr borrows its payload).
+#[derive(Debug, Clone)]
+enum Spec {
+    Symbol { repair: bool, s: SymbolSpec },
+    Beacon(BeaconRepr),
+    Open(ChannelMeta),
+    Trailer(TrailerRepr),
+}
+
+/// Symbol fields consistent with the parser's rules.
+#[derive(Debug, Clone)]
+struct SymbolSpec {
+    block: u64,
+    index: u16,
+    k: u16,
+    m: u16,
+    tail_len: u16,
+    group_pos: u8,
+    group_len: u8,
+    payload: Vec<u8>,
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u16>(),
+    )
+        .prop_map(
+            |(session, seq, channel, timestamp_ms, lifetime_ms)| Header {
+                session: SessionId(session),
+                seq,
+                channel: ChannelId(channel),
+                timestamp_ms,
+                lifetime_ms,
+            },
+        )
+}
+
+/// A source (`repair == false`) or repair symbol: shard length `L` even,
+/// tail `1..=L`, the tail symbol carries exactly `tail_len` bytes, every
+/// other symbol `L`; the group starts at or after block 0.
+fn symbol(repair: bool) -> impl Strategy<Value = Spec> {
+    let code = (1u16..=300, if repair { 1u16..=300 } else { 0u16..=300 });
+    (
+        code,
+        1usize..=128,
+        any::<u64>(),
+        (1u8..=255),
+        any::<prop::sample::Index>(),
+    )
+        .prop_flat_map(move |((k, m), half, block, group_len, pick)| {
+            let shard = 2 * half;
+            let index = if repair {
+                k + pick.index(usize::from(m)) as u16
+            } else {
+                pick.index(usize::from(k)) as u16
+            };
+            (
+                Just((k, m, index, block, group_len)),
+                1..=shard as u16,
+                0..group_len,
+                prop::collection::vec(any::<u8>(), shard),
+            )
+        })
+        .prop_map(
+            move |((k, m, index, block, group_len), tail_len, group_pos, mut payload)| {
+                if index + 1 == k {
+                    payload.truncate(usize::from(tail_len));
+                }
+                Spec::Symbol {
+                    repair,
+                    s: SymbolSpec {
+                        block: block.max(u64::from(group_pos)),
+                        index,
+                        k,
+                        m,
+                        tail_len,
+                        group_pos,
+                        group_len,
+                        payload,
+                    },
+                }
+            },
+        )
+}
+
+fn beacon() -> impl Strategy<Value = Spec> {
+    let entry =
+        (any::<u32>(), 0usize..3, any::<u64>()).prop_map(|(channel, state, blocks_sent)| {
+            ChannelEntry {
+                channel: ChannelId(channel),
+                state: [
+                    ChannelState::Open,
+                    ChannelState::Finished,
+                    ChannelState::Aborted,
+                ][state],
+                blocks_sent,
+            }
+        });
+    (
+        (
+            any::<u64>(),
+            1u16..=32_767,
+            1u16..=u16::MAX,
+            any::<u16>(),
+            1u8..=u8::MAX,
+        ),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+        ),
+        prop::collection::vec(entry, 0..40),
+    )
+        .prop_map(
+            |((start, half, k, m, depth), (rate, dt, interval, sent, bytes), channels)| {
+                Spec::Beacon(BeaconRepr {
+                    start_unix_ms: start,
+                    symbol_size: 2 * half,
+                    block_symbols: k,
+                    repair_symbols: m,
+                    interleave_depth: depth,
+                    rate_bps: rate,
+                    delta_t_ms: dt,
+                    beacon_interval_ms: interval,
+                    datagrams_sent: sent,
+                    bytes_sent: bytes,
+                    channels,
+                })
+            },
+        )
+}
+
+/// UTF-8 names up to the limit: arbitrary short ones, and long ones of
+/// multi-byte characters cut to at most `MAX_NAME_LEN` bytes.
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => "\\PC{0,40}",
+        1 => ("[a-zé€𝄞/]", 1usize..=MAX_NAME_LEN).prop_map(|(c, n)| {
+            let mut s = String::new();
+            while s.len() + c.len() <= n {
+                s.push_str(&c);
+            }
+            s
+        }),
+    ]
+}
+
+fn open() -> impl Strategy<Value = Spec> {
+    (
+        0usize..3,
+        any::<Option<u64>>(),
+        any::<u32>(),
+        any::<i64>(),
+        0u32..1_000_000_000,
+        name(),
+    )
+        .prop_map(|(kind, size, mode, mtime_sec, mtime_nsec, name)| {
+            Spec::Open(ChannelMeta {
+                kind: [
+                    ChannelKind::File,
+                    ChannelKind::Stream,
+                    ChannelKind::Datagrams,
+                ][kind],
+                size,
+                mode,
+                mtime_sec,
+                mtime_nsec,
+                name,
+            })
+        })
+}
+
+fn trailer() -> impl Strategy<Value = Spec> {
+    (any::<u64>(), any::<u64>(), any::<bool>(), any::<[u8; 32]>()).prop_map(
+        |(total_len, total_blocks, aborted, digest)| {
+            Spec::Trailer(TrailerRepr {
+                total_len,
+                total_blocks,
+                status: if aborted {
+                    TrailerStatus::Aborted
+                } else {
+                    TrailerStatus::Complete
+                },
+                digest,
+            })
+        },
+    )
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![symbol(false), symbol(true), beacon(), open(), trailer()]
+}
+
+fn repr(mut header: Header, spec: &Spec) -> DatagramRepr<'_> {
+    let body = match spec {
+        Spec::Symbol { repair, s } => {
+            let sym = SymbolRepr {
+                block: s.block,
+                index: s.index,
+                k: s.k,
+                m: s.m,
+                tail_len: s.tail_len,
+                group_pos: s.group_pos,
+                group_len: s.group_len,
+                payload: &s.payload,
+            };
+            if *repair {
+                Body::Repair(sym)
+            } else {
+                Body::Data(sym)
+            }
+        }
+        Spec::Beacon(b) => {
+            header.channel = ChannelId(0);
+            Body::Beacon(b.clone())
+        }
+        Spec::Open(meta) => Body::Open(meta.clone()),
+        Spec::Trailer(t) => Body::Trailer(*t),
+    };
+    DatagramRepr { header, body }
+}
+
+fn emit(repr: &DatagramRepr<'_>, integrity: &Integrity) -> Vec<u8> {
+    let mut out = vec![0u8; repr.buffer_len(integrity)];
+    let n = repr.emit(&mut out, integrity);
+    assert_eq!(n, out.len());
+    out
+}
+
+fn integrities() -> [Integrity; 2] {
+    [Integrity::Crc32c, Integrity::Keyed(fuzzing::FUZZ_KEY)]
+}
+
+/// Bit positions to flip: all of them for small datagrams, an even spread
+/// (always including the header and the tag) for large ones.
+fn flip_positions(len: usize) -> Vec<usize> {
+    let bits = len * 8;
+    if bits <= 4096 {
+        (0..bits).collect()
+    } else {
+        let step = bits / 1024;
+        (0..32 * 8)
+            .chain((32 * 8..bits).step_by(step))
+            .chain(bits - 16 * 8..bits)
+            .collect()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_valid_datagram_round_trips(header in header(), spec in spec()) {
+        let repr = repr(header, &spec);
+        for integrity in integrities() {
+            let bytes = emit(&repr, &integrity);
+            prop_assert_eq!(bytes.len(), repr.buffer_len(&integrity));
+            let parsed = parse_datagram(&bytes, &integrity);
+            prop_assert_eq!(parsed.as_ref(), Ok(&repr), "{:?}", integrity);
+            // And the fuzz function's own checks hold on it.
+            fuzzing::wire(&bytes);
+        }
+    }
+
+    #[test]
+    fn single_bit_flips_are_always_rejected(header in header(), spec in spec()) {
+        let repr = repr(header, &spec);
+        for integrity in integrities() {
+            let bytes = emit(&repr, &integrity);
+            for bit in flip_positions(bytes.len()) {
+                let mut damaged = bytes.clone();
+                damaged[bit / 8] ^= 1 << (bit % 8);
+                prop_assert!(
+                    parse_datagram(&damaged, &integrity).is_err(),
+                    "bit {} of {} flipped and accepted ({:?})", bit, bytes.len(), integrity
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn wire_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..400)) {
+        fuzzing::wire(&data);
+    }
+
+    #[test]
+    fn fec_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..64)) {
+        fuzzing::fec(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn receiver_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..1000)) {
+        fuzzing::receiver(&data);
+    }
+}
+
+/// A fuzz target's name and function.
+type Target = (&'static str, fn(&[u8]));
+
+/// The committed fuzz seeds stay valid inputs (and pass every check).
+#[test]
+fn fuzz_seeds_pass() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds");
+    let targets: [Target; 3] = [
+        ("wire", fuzzing::wire),
+        ("receiver", fuzzing::receiver),
+        ("fec", fuzzing::fec),
+    ];
+    for (target, run) in targets {
+        let Ok(dir) = std::fs::read_dir(format!("{root}/{target}")) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            let bytes = std::fs::read(entry.path()).expect("readable seed");
+            run(&bytes);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Regressions found by fuzzing.
+
+fn datagram(seq: u64, body: Body<'_>) -> Vec<u8> {
+    let header = Header {
+        session: SessionId(7),
+        seq,
+        channel: ChannelId(1),
+        timestamp_ms: 0,
+        lifetime_ms: 2000,
+    };
+    emit(&DatagramRepr { header, body }, &Integrity::Crc32c)
+}
+
+/// A channel-open whose size flag says "unknown" must carry size 0
+/// (PROTOCOL.md §channel-open); otherwise two encodings parse the same.
+#[test]
+fn open_with_size_but_no_size_flag_is_rejected() {
+    let mut bytes = datagram(1, Body::Open(ChannelMeta::stream("x")));
+    bytes[32 + 11] = 5;
+    let covered = bytes.len() - 4;
+    let crc = crc32c::crc32c(&bytes[..covered]);
+    bytes[covered..].copy_from_slice(&crc.to_be_bytes());
+    assert!(parse_datagram(&bytes, &Integrity::Crc32c).is_err());
+    fuzzing::wire(&bytes);
+}
+
+/// Symbols of a block whose (forged) code the erasure coder does not
+/// support (k = 5, m = 65530: k + m fits the wire, the coder refuses) must
+/// not corrupt the buffered-bytes accounting.
+#[test]
+fn unsupported_code_keeps_buffer_accounting() {
+    use diodon_proto::{Receiver, ReceiverConfig, Timestamp};
+    let mut rx = Receiver::new(ReceiverConfig::default(), Timestamp::ZERO);
+    rx.handle_datagram(
+        Timestamp::ZERO,
+        &datagram(0, Body::Open(ChannelMeta::stream("x"))),
+    );
+    let payload = [7u8; 8];
+    for (seq, index) in (1..).zip([0u16, 5, 6, 7, 8, 1, 2, 3, 4]) {
+        let sym = SymbolRepr {
+            block: 0,
+            index,
+            k: 5,
+            m: 65_530,
+            tail_len: 8,
+            group_pos: 0,
+            group_len: 1,
+            payload: &payload,
+        };
+        let body = if index < 5 {
+            Body::Data(sym)
+        } else {
+            Body::Repair(sym)
+        };
+        rx.handle_datagram(Timestamp::ZERO, &datagram(seq, body));
+    }
+    assert_eq!(rx.buffered_bytes(), 0);
+}
+
+/// Blocks buffered beyond the trailer's block count must be released when
+/// the channel completes.
+#[test]
+fn blocks_beyond_the_trailer_are_released() {
+    use diodon_proto::{Receiver, ReceiverConfig, Timestamp};
+    let mut rx = Receiver::new(ReceiverConfig::default(), Timestamp::ZERO);
+    let payload = b"abcd";
+    let sym = |block| SymbolRepr {
+        block,
+        index: 0,
+        k: 1,
+        m: 0,
+        tail_len: 4,
+        group_pos: 0,
+        group_len: 1,
+        payload,
+    };
+    let now = Timestamp::ZERO;
+    rx.handle_datagram(now, &datagram(1, Body::Data(sym(3))));
+    rx.handle_datagram(now, &datagram(2, Body::Open(ChannelMeta::stream("x"))));
+    rx.handle_datagram(now, &datagram(3, Body::Data(sym(0))));
+    let trailer = TrailerRepr {
+        total_len: 4,
+        total_blocks: 1,
+        status: TrailerStatus::Complete,
+        digest: *blake3::hash(payload).as_bytes(),
+    };
+    rx.handle_datagram(now, &datagram(4, Body::Trailer(trailer)));
+    assert_eq!(rx.open_channels(), 0);
+    assert_eq!(rx.buffered_bytes(), 0, "buffered bytes leaked");
+}
