@@ -20,7 +20,10 @@
 pub mod fec;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod loopback;
 pub mod pacer;
+pub mod pool;
 pub mod receiver;
 pub mod sender;
 pub mod time;

@@ -20,6 +20,7 @@
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
+use crate::pool::BufferPool;
 use crate::time::Timestamp;
 use crate::types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
@@ -336,6 +337,7 @@ pub struct Sender {
     beacon_due: Timestamp,
     buffered: usize,
     fec: ReedSolomon,
+    pool: BufferPool,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
 }
@@ -367,6 +369,7 @@ impl Sender {
             beacon_due: now,
             buffered: 0,
             fec: ReedSolomon::new(),
+            pool: BufferPool::new(usize::from(u8::MAX) * 2),
             events: VecDeque::new(),
             stats: SenderStats::default(),
         })
@@ -817,7 +820,12 @@ impl Sender {
             ch.groups_in_flight -= 1;
             ch.blocks_sent += g.blocks.len() as u64;
         }
-        self.maybe_queue_trailer(g.channel, now);
+        let channel = g.channel;
+        for block in g.blocks {
+            self.pool.put(block.data);
+            self.pool.put(block.repair);
+        }
+        self.maybe_queue_trailer(channel, now);
     }
 
     fn maybe_queue_trailer(&mut self, channel: ChannelId, now: Timestamp) {
@@ -896,21 +904,23 @@ impl Sender {
         let block_bytes = self.config.block_bytes();
         let depth = usize::from(self.config.interleave_depth);
         let group_bytes = block_bytes * depth;
-        loop {
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        if ch.pending.is_empty() || (ch.pending.len() < group_bytes && !flush) {
+            return;
+        }
+        // Cut from an offset and drain once at the end: draining group by
+        // group would move the whole remainder each time (quadratic).
+        let pending = std::mem::take(&mut ch.pending);
+        let mut offset = 0;
+        while offset < pending.len() && (pending.len() - offset >= group_bytes || flush) {
+            let take = (pending.len() - offset).min(group_bytes);
+            let bytes = &pending[offset..offset + take];
+            offset += take;
             let Some(ch) = self.channels.get_mut(&channel) else {
                 return;
             };
-            let pending = ch.pending.len();
-            if pending == 0 || (pending < group_bytes && !flush) {
-                break;
-            }
-            let take = pending.min(group_bytes);
-            let bytes: Vec<u8> = ch.pending.drain(..take).collect();
-            if ch.pending.is_empty() {
-                ch.pending_since = None;
-            } else if take == group_bytes && !flush {
-                ch.pending_since = Some(now);
-            }
             let first_block = ch.next_block;
             let n_blocks = take.div_ceil(block_bytes);
             ch.next_block += n_blocks as u64;
@@ -939,6 +949,16 @@ impl Sender {
                 source_bytes: take,
             });
         }
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        ch.pending = pending;
+        ch.pending.drain(..offset);
+        ch.pending_since = if ch.pending.is_empty() {
+            None
+        } else {
+            Some(now)
+        };
     }
 
     fn encode_block(
@@ -961,9 +981,8 @@ impl Sender {
                 .repair
                 .repair_for_short(k as u16, self.config.block_symbols),
         );
-        let mut data = vec![0u8; k * shard_len];
-        data[..bytes.len()].copy_from_slice(bytes);
-        let mut repair = vec![0u8; m * shard_len];
+        let data = self.pool.take_with(bytes, k * shard_len);
+        let mut repair = self.pool.take_with(&[], m * shard_len);
         if let Err(e) = self.fec.encode(k, m, shard_len, &data, &mut repair) {
             // validate() guarantees supported parameters; a failure here is a
             // bug, and sending no repair keeps the data correct.

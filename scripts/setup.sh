@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# setup.sh — installs what Diodon's build, tests and demo need on a fresh
+# Debian machine: a Rust toolchain (rustup, stable, with rustfmt and clippy)
+# and, when run as root, the system tools the software diode uses
+# (iproute2, nftables, ethtool). Idempotent: installs only what is missing.
+# Source it (`. scripts/setup.sh`) to get cargo on PATH in the calling shell.
+set -euo pipefail
+
+if ! command -v cargo >/dev/null 2>&1 && [[ -f "$HOME/.cargo/env" ]]; then
+    # shellcheck disable=SC1091
+    source "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: installing Rust (rustup, stable)" >&2
+    if ! command -v curl >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+        apt-get update -qq && apt-get install -y -qq curl ca-certificates >/dev/null
+    fi
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    # shellcheck disable=SC1091
+    source "$HOME/.cargo/env"
+fi
+if command -v rustup >/dev/null 2>&1; then
+    rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+    rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+    missing=()
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    command -v nft >/dev/null 2>&1 || missing+=(nftables)
+    command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
+    command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+    if ((${#missing[@]})); then
+        echo "setup: apt-get install ${missing[*]}" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+fi
