@@ -21,11 +21,9 @@ MTU=${MTU:-1500}
 LOSS=${LOSS:-}
 PORT=7700
 
-if ! command -v cargo >/dev/null && [[ -f "$HOME/.cargo/env" ]]; then
-    # shellcheck disable=SC1091
-    source "$HOME/.cargo/env"
-fi
-command -v cargo >/dev/null || { echo "demo: cargo not found (install Rust with rustup)" >&2; exit 1; }
+# Installs Rust and the namespace tools when missing (fresh Debian machine).
+# shellcheck disable=SC1091
+source scripts/setup.sh
 TARGET=${CARGO_TARGET_DIR:-target}
 echo "== building (release)"
 cargo build --release -p diodon
