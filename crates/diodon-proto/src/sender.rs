@@ -134,6 +134,23 @@ impl SenderConfig {
         Ok(())
     }
 
+    /// Copies of each channel-open and trailer actually sent: at least
+    /// `control_copies`, more when the repair ratio says the link loses a
+    /// lot. These datagrams are not erasure-coded, so their copies must
+    /// make losing all of them as unlikely as losing a block: 5 copies up to
+    /// 10 % repair, 7 up to 25 %, 9 up to 50 %, 12 above (at the loss each
+    /// ratio is recommended for, all copies lost < 10⁻⁹).
+    pub fn effective_control_copies(&self) -> u8 {
+        let by_repair = match self.repair.get() {
+            0 => 0,
+            1..=10 => 5,
+            11..=25 => 7,
+            26..=50 => 9,
+            _ => 12,
+        };
+        self.control_copies.max(by_repair)
+    }
+
     /// Bytes in one full block.
     pub fn block_bytes(&self) -> usize {
         usize::from(self.block_symbols) * self.symbol_size.get()
@@ -329,7 +346,12 @@ pub struct Sender {
     seq: u64,
     next_channel: u32,
     channels: BTreeMap<ChannelId, ChannelTx>,
+    /// Groups cut and waiting, in cut order.
     groups: VecDeque<Group>,
+    /// Groups being sent, at most one per channel, symbols round-robin.
+    active: Vec<Group>,
+    /// Index into `active` of the group whose symbol goes next.
+    turn: usize,
     control: VecDeque<ControlItem>,
     recent: VecDeque<ChannelEntry>,
     pacer: Pacer,
@@ -363,6 +385,8 @@ impl Sender {
             next_channel: 1,
             channels: BTreeMap::new(),
             groups: VecDeque::new(),
+            active: Vec::new(),
+            turn: 0,
             control: VecDeque::new(),
             recent: VecDeque::new(),
             pace_wait: None,
@@ -403,8 +427,9 @@ impl Sender {
     /// One line per open channel, for diagnostics.
     pub fn describe_channels(&self) -> Vec<String> {
         let queue = format!(
-            "groups queued {} control queued {} pace_wait {:?} beacon_due {:?}",
+            "groups queued {} active {} control queued {} pace_wait {:?} beacon_due {:?}",
             self.groups.len(),
+            self.active.len(),
             self.control.len(),
             self.pace_wait,
             self.beacon_due
@@ -427,7 +452,10 @@ impl Sender {
 
     /// Nothing left to send but beacons.
     pub fn is_idle(&self) -> bool {
-        self.channels.is_empty() && self.groups.is_empty() && self.control.is_empty()
+        self.channels.is_empty()
+            && self.groups.is_empty()
+            && self.active.is_empty()
+            && self.control.is_empty()
     }
 
     /// Longest channel name: the channel-open datagram must be no larger
@@ -451,7 +479,7 @@ impl Sender {
         self.control.push_back(ControlItem {
             channel: id,
             body: ControlBody::Open(meta),
-            copies_left: self.config.control_copies,
+            copies_left: self.config.effective_control_copies(),
             due_seq: 0,
             due_time: Timestamp::ZERO,
         });
@@ -534,15 +562,19 @@ impl Sender {
         };
         self.buffered -= ch.pending.len();
         let mut freed = 0;
-        self.groups.retain(|g| {
+        let mut keep = |g: &Group| {
             if g.channel == channel {
                 freed += g.source_bytes;
                 false
             } else {
                 true
             }
-        });
+        };
+        self.groups.retain(&mut keep);
+        self.active.retain(keep);
         self.buffered -= freed;
+        self.turn = 0;
+        self.fill_active();
         self.queue_control(
             channel,
             ControlBody::Trailer(TrailerRepr {
@@ -670,7 +702,7 @@ impl Sender {
         {
             return Some(Next::Control(i));
         }
-        if !self.groups.is_empty() {
+        if !self.active.is_empty() {
             return Some(Next::Symbol);
         }
         None
@@ -685,7 +717,7 @@ impl Sender {
                 ControlBody::Trailer(_) => crate::wire::TRAILER_LEN,
             },
             Next::Symbol => {
-                let g = &self.groups[0];
+                let g = &self.active[self.turn];
                 // `current` was normalised when the group was queued/advanced.
                 let b = &g.blocks[g.slot];
                 SYMBOL_HEADER_LEN + b.payload(g.round).len()
@@ -776,8 +808,8 @@ impl Sender {
     }
 
     fn emit_symbol(&mut self, now: Timestamp, buf: &mut [u8]) -> usize {
-        let header = self.header(now, self.groups[0].channel);
-        let g = &mut self.groups[0];
+        let header = self.header(now, self.active[self.turn].channel);
+        let g = &mut self.active[self.turn];
         let (slot, index) = (g.slot, g.round);
         let b = &g.blocks[slot];
         let symbol = SymbolRepr {
@@ -806,15 +838,40 @@ impl Sender {
         }
         g.slot += 1;
         if g.current().is_none() {
-            self.group_done(now);
+            let done = self.active.remove(self.turn);
+            self.group_done(now, done);
+            self.fill_active();
+        } else {
+            self.turn += 1;
+        }
+        if self.turn >= self.active.len() {
+            self.turn = 0;
         }
         len
     }
 
-    fn group_done(&mut self, now: Timestamp) {
-        let Some(g) = self.groups.pop_front() else {
-            return;
-        };
+    /// Moves waiting groups into the active set, at most `interleave_depth`
+    /// groups and at most one per channel, oldest first. Interleaving across
+    /// channels spreads a burst over several small files too (a one-block
+    /// file cannot interleave with itself); one group per channel keeps each
+    /// channel's groups strictly in order, which the receiver's loss rule
+    /// relies on (PROTOCOL.md § 7.3).
+    fn fill_active(&mut self) {
+        let limit = usize::from(self.config.interleave_depth);
+        let mut i = 0;
+        while self.active.len() < limit && i < self.groups.len() {
+            let channel = self.groups[i].channel;
+            let busy = self.active.iter().any(|g| g.channel == channel)
+                || self.groups.iter().take(i).any(|g| g.channel == channel);
+            if busy {
+                i += 1;
+            } else if let Some(g) = self.groups.remove(i) {
+                self.active.push(g);
+            }
+        }
+    }
+
+    fn group_done(&mut self, now: Timestamp, g: Group) {
         self.buffered -= g.source_bytes;
         if let Some(ch) = self.channels.get_mut(&g.channel) {
             ch.groups_in_flight -= 1;
@@ -867,7 +924,7 @@ impl Sender {
         self.control.push_back(ControlItem {
             channel,
             body,
-            copies_left: self.config.control_copies,
+            copies_left: self.config.effective_control_copies(),
             due_seq: self.seq,
             due_time: Timestamp::ZERO,
         });
@@ -949,6 +1006,7 @@ impl Sender {
                 source_bytes: take,
             });
         }
+        self.fill_active();
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
