@@ -29,26 +29,31 @@ pub fn in_memory_transfer(
     data: &[u8],
     loss_percent: u64,
 ) -> (ReceiverStats, u64) {
-    in_memory_transfer_metered(config, data, loss_percent, &mut |_| {})
+    in_memory_transfer_metered(config, data, 1, loss_percent, &mut |_| {})
 }
 
-/// [`in_memory_transfer`], calling `meter` whenever work switches between
-/// the sender and the receiver (so a caller can attribute CPU time).
+/// Like [`in_memory_transfer`], but sends `data` as `channels` channels one
+/// after the other in one session (as a long-running gateway would), and
+/// calls `meter` whenever work switches between the sender and the receiver
+/// (so a caller can attribute CPU time).
 ///
 /// # Panics
 /// If `config` is invalid.
 pub fn in_memory_transfer_metered(
     config: SenderConfig,
     data: &[u8],
+    channels: usize,
     loss_percent: u64,
     meter: &mut dyn FnMut(Side),
 ) -> (ReceiverStats, u64) {
     let mut now = Timestamp::from_millis(1);
     let mut s = Sender::new(config, SessionId(1), now).expect("valid sender config");
     let mut r = Receiver::new(ReceiverConfig::default(), now);
-    let Ok(ch) = s.open_channel(ChannelMeta::file("loopback", data.len() as u64)) else {
+    let meta = ChannelMeta::file("loopback", data.len() as u64);
+    let Ok(mut ch) = s.open_channel(meta.clone()) else {
         return (r.stats(), 0);
     };
+    let mut remaining = channels.saturating_sub(1);
     let mut written = 0;
     let mut finished = false;
     let mut buf = Vec::with_capacity(1 << 20);
@@ -62,6 +67,12 @@ pub fn in_memory_transfer_metered(
             written += s.write(now, ch, chunk).unwrap_or(0);
         } else if !finished {
             finished = s.finish(now, ch).is_ok();
+            if finished && remaining > 0 {
+                if let Ok(next) = s.open_channel(meta.clone()) {
+                    (ch, written, finished) = (next, 0, false);
+                    remaining -= 1;
+                }
+            }
         }
         buf.clear();
         if let Some(batch) = s.poll_batch(now, &mut buf) {
