@@ -6,12 +6,17 @@
 #   [tbf --rate]                                      [numgen loss --loss]
 #   nft: drop+count everything arriving on tx0        nft: drop+count everything leaving rx0
 #   static neighbours both ways (no ARP / ND needed)
+#   tx0: tx-udp-segmentation off (datagrams cross one by one, as on a wire)
 #
 # Usage:
-#   scripts/testbed.sh up [--mtu N] [--loss PCT] [--rate RATE] [--burst SIZE]
+#   scripts/testbed.sh up [--mtu N] [--loss PCT] [--rate RATE] [--burst SIZE] [--bidirectional]
 #   scripts/testbed.sh down
 #   scripts/testbed.sh status [--json]
 #   scripts/testbed.sh exec tx|rx CMD [ARGS...]
+#
+# --bidirectional (for Delta-t and TCP, which need a return path) skips the
+# one-way guard tables; --loss then drops PCT % of ingress on BOTH ends
+# (table "diodon_loss": counters ingress_accepted, loss_dropped per side).
 #
 # Environment: DIODON_TB (default "dd") names the testbed, so several can coexist:
 # namespaces "${DIODON_TB}-tx" and "${DIODON_TB}-rx". Needs root.
@@ -26,6 +31,12 @@
 # sch_netem), in steps of 0.01 %. --rate adds a tbf qdisc on tx0; its burst
 # (default 256kb) must exceed a GSO super-packet (64 KiB) or tbf segments it and
 # may drop parts without telling the sender.
+#
+# A veth forwards a UDP GSO super-packet (up to 64 datagrams) as one skb, so
+# the loss rule would drop ~32 datagrams at once. A real NIC (or the kernel,
+# for one without USO) segments before the wire: "up" turns tx0's
+# tx-udp-segmentation off (ethtool), so the sender's stack segments in
+# software after the qdisc and the rx namespace sees every datagram alone.
 set -euo pipefail
 
 TB="${DIODON_TB:-dd}"
@@ -55,10 +66,11 @@ usage() {
 
 need_tools() {
     [[ $(id -u) -eq 0 ]] || die "must run as root"
-    if ! command -v ip >/dev/null || ! command -v nft >/dev/null || ! command -v tc >/dev/null; then
-        command -v apt-get >/dev/null || die "ip/nft/tc missing and no apt-get to install iproute2 nftables"
-        echo "testbed: installing iproute2 nftables" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 nftables >&2
+    if ! command -v ip >/dev/null || ! command -v nft >/dev/null || ! command -v tc >/dev/null ||
+        ! command -v ethtool >/dev/null; then
+        command -v apt-get >/dev/null || die "ip/nft/tc/ethtool missing and no apt-get to install iproute2 nftables ethtool"
+        echo "testbed: installing iproute2 nftables ethtool" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y iproute2 nftables ethtool >&2
     fi
 }
 
@@ -151,14 +163,31 @@ tx_guard() {
     echo "}"
 }
 
+# --bidirectional: no guard, only the (optional) random loss on ingress.
+bidir_loss() {
+    local ns=$1 ifc=$2 loss_rule=$3
+    in_ns "$ns" nft -f - <<EOF
+table netdev diodon_loss {
+    counter ingress_accepted {}
+    counter loss_dropped {}
+    chain ingress {
+        type filter hook ingress device "$ifc" priority 0; policy accept;
+        $loss_rule
+        counter name "ingress_accepted"
+    }
+}
+EOF
+}
+
 cmd_up() {
-    local mtu=1500 loss="" rate="" burst=256kb
+    local mtu=1500 loss="" rate="" burst=256kb bidir=no
     while [[ $# -gt 0 ]]; do
         case $1 in
         --mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
         --loss) loss=${2:?--loss needs a value}; shift 2 ;;
         --rate) rate=${2:?--rate needs a value}; shift 2 ;;
         --burst) burst=${2:?--burst needs a value}; shift 2 ;;
+        --bidirectional) bidir=yes; shift ;;
         -h | --help) usage 0 ;;
         *) die "up: unknown option '$1'" ;;
         esac
@@ -196,19 +225,29 @@ cmd_up() {
         ip -n "$ns" neigh replace "$peer6" lladdr "$peermac" dev "$ifc" nud permanent
     done
 
+    # Segment GSO super-packets before the link (see the header).
+    in_ns "$NS_TX" ethtool -K "$IF_TX" tx-udp-segmentation off
+    [[ $(in_ns "$NS_TX" ethtool -k "$IF_TX" | awk '$1 == "tx-udp-segmentation:" {print $2}') == off ]] ||
+        die "could not turn tx-udp-segmentation off on $IF_TX"
+
     local egress=yes
-    if ! rx_guard "$loss_rule" | in_ns "$NS_RX" nft -f - 2>/dev/null; then
+    if [[ $bidir == yes ]]; then
+        bidir_loss "$NS_TX" "$IF_TX" "$loss_rule"
+        bidir_loss "$NS_RX" "$IF_RX" "$loss_rule"
+    elif ! rx_guard "$loss_rule" | in_ns "$NS_RX" nft -f - 2>/dev/null; then
         echo "testbed: no netdev egress hook; rx guard uses an inet output chain" >&2
         egress=no
         rx_guard_fallback "$loss_rule" | in_ns "$NS_RX" nft -f -
     fi
-    tx_guard "$egress" | in_ns "$NS_TX" nft -f -
+    [[ $bidir == yes ]] || tx_guard "$egress" | in_ns "$NS_TX" nft -f -
 
     if [[ -n $rate ]]; then
         in_ns "$NS_TX" tc qdisc replace dev "$IF_TX" root tbf rate "$rate" burst "$burst" latency 50ms
     fi
     trap - ERR
-    echo "testbed $TB up: $NS_TX/$IF_TX $IP4_TX ==> $NS_RX/$IF_RX $IP4_RX (mtu $mtu${loss:+, loss $loss %}${rate:+, rate $rate})"
+    local arrow="==>"
+    [[ $bidir == yes ]] && arrow="<=>"
+    echo "testbed $TB up: $NS_TX/$IF_TX $IP4_TX $arrow $NS_RX/$IF_RX $IP4_RX (mtu $mtu${loss:+, loss $loss %}${rate:+, rate $rate})"
 }
 
 # "side name packets bytes" lines for every named counter of the guard tables.

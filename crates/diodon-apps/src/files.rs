@@ -455,6 +455,7 @@ impl FileSink {
 
 impl Sink for FileSink {
     fn admit(meta: &ChannelMeta) -> Result<(), String> {
+        crate::stream::refuse_datagrams(meta)?;
         sanitize(&meta.name)
             .map(|_| ())
             .map_err(|e| format!("unsafe name: {e}"))

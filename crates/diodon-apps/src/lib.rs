@@ -19,13 +19,15 @@
 //!
 //! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
 //! sanitizer), [`files`] (file source and the staging/verify/rename sink),
-//! [`stream`] (stdin/stdout and TCP).
+//! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
+//! channels).
 
 pub mod files;
 pub mod names;
 pub mod recv;
 pub mod send;
 pub mod stream;
+pub mod udp_flow;
 
 pub use recv::{
     run_receiver, ChannelKey, ChannelOutcome, RecvOptions, RecvProgress, RecvReport, Sink,

@@ -24,7 +24,7 @@ use diodon_proto::{
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -177,6 +177,8 @@ pub struct RecvProgress {
     pub socket_drops: AtomicU64,
     /// Size announced by the latest opened channel.
     pub current_size: AtomicU64,
+    /// The core's counters, refreshed about every 100 ms (for exporters).
+    pub snapshot: Mutex<ReceiverStats>,
 }
 
 /// What the receiver saw.
@@ -269,6 +271,7 @@ pub fn run_receiver<S: Sink>(
         first: None,
         last_verdict: None,
         last_now: Timestamp::ZERO,
+        published: Timestamp::ZERO,
         drops: 0,
         progress: Arc::clone(progress),
         admit: S::admit,
@@ -277,6 +280,9 @@ pub fn run_receiver<S: Sink>(
     stop.store(true, Ordering::Relaxed);
     drop(net_rx);
     let stats = dec.core.stats();
+    if let Ok(mut snap) = progress.snapshot.lock() {
+        *snap = stats.clone();
+    }
     let Decoder {
         ev_tx,
         sessions,
@@ -406,6 +412,7 @@ struct Decoder {
     first: Option<Timestamp>,
     last_verdict: Option<Timestamp>,
     last_now: Timestamp,
+    published: Timestamp,
     drops: u64,
     progress: Arc<RecvProgress>,
     admit: fn(&ChannelMeta) -> Result<(), String>,
@@ -464,6 +471,12 @@ impl Decoder {
             self.core.handle_timeout(core_now);
             if self.drain().is_err() {
                 return Ok(());
+            }
+            if core_now.saturating_duration_since(self.published) >= Duration::from_millis(100) {
+                self.published = core_now;
+                if let Ok(mut snap) = self.progress.snapshot.lock() {
+                    *snap = self.core.stats();
+                }
             }
             if once
                 && self.silent

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// What a source tells the core thread.
@@ -136,6 +136,9 @@ pub struct SendProgress {
     pub datagrams: AtomicU64,
     /// Total bytes expected (sum of known file sizes), 0 if unknown.
     pub total_hint: AtomicU64,
+    /// The core's and the socket's counters, refreshed about every 100 ms
+    /// (for metrics exporters).
+    pub snapshot: Mutex<(SenderStats, SenderCounters)>,
 }
 
 /// A channel the sender finished.
@@ -264,8 +267,13 @@ pub fn run_sender(
     };
     let mut idle_since: Option<diodon_proto::Timestamp> = None;
     let mut stopping = false;
+    let mut snapshot_at = now;
     loop {
         let mut now = core.clock.now();
+        if now.saturating_duration_since(snapshot_at) >= SNAPSHOT_EVERY {
+            snapshot_at = now;
+            core.publish();
+        }
         if !stopping && stop.load(Ordering::Relaxed) {
             stopping = true;
             core.abort_all(now, "sender stopped");
@@ -290,6 +298,7 @@ pub fn run_sender(
     let duration = core.first_send.map_or(Duration::ZERO, |f| {
         core.last_data.saturating_duration_since(f)
     });
+    core.publish();
     tracing::info!(%session, "sender finished");
     Ok(SendReport {
         session,
@@ -302,7 +311,17 @@ pub fn run_sender(
     })
 }
 
+/// How often the core thread refreshes [`SendProgress::snapshot`].
+const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
+
 impl Core {
+    /// Copies the counters into the shared progress (for exporters).
+    fn publish(&self) {
+        if let Ok(mut s) = self.progress.snapshot.lock() {
+            *s = (self.sender.stats().clone(), self.udp.counters());
+        }
+    }
+
     /// Moves queued input into the core as far as its buffer allows.
     fn ingest(&mut self, now: diodon_proto::Timestamp, input: &Receiver<SourceMsg>) {
         loop {

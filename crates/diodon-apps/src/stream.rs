@@ -96,6 +96,16 @@ pub fn serve_tcp(
     Ok(())
 }
 
+/// Byte-stream sinks take files and streams; a datagram channel (a UDP
+/// flow's length-prefixed records) needs `--udp-forward`.
+pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), String> {
+    if meta.kind == diodon_proto::ChannelKind::Datagrams {
+        Err("a datagram channel (UDP flow) needs a --udp-forward receiver".into())
+    } else {
+        Ok(())
+    }
+}
+
 /// Writes the (single) stream to stdout; a second concurrent channel is
 /// refused.
 #[derive(Debug, Default)]
@@ -105,8 +115,8 @@ pub struct StdoutSink {
 }
 
 impl Sink for StdoutSink {
-    fn admit(_meta: &ChannelMeta) -> Result<(), String> {
-        Ok(())
+    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+        refuse_datagrams(meta)
     }
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
@@ -220,8 +230,8 @@ impl TcpSink {
 }
 
 impl Sink for TcpSink {
-    fn admit(_meta: &ChannelMeta) -> Result<(), String> {
-        Ok(())
+    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+        refuse_datagrams(meta)
     }
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {

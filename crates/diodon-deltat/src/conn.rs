@@ -763,6 +763,11 @@ impl Connection {
         self.rtt.back_off();
         for f in &mut self.snd.flight {
             f.lost = !f.exhausted;
+            // Karn: once an RTO has fired, an ack for any segment sent before
+            // it is ambiguous (it may answer a later retransmission of the
+            // head): a late cumulative ack would otherwise yield an RTT sample
+            // of several seconds and pin the RTO at its maximum.
+            f.retransmitted = true;
         }
         self.snd.recover = Some(self.snd.nxt);
         self.snd.dup_acks = 0;

@@ -314,6 +314,15 @@ impl Endpoint {
             .ok_or(Error::UnknownHandle)
     }
 
+    /// The peer's UDP address.
+    pub fn remote(&self, h: ConnHandle) -> Result<SocketAddr, Error> {
+        self.conns
+            .get(&h.0)
+            .filter(|c| !c.time_wait)
+            .map(|c| c.remote)
+            .ok_or(Error::UnknownHandle)
+    }
+
     /// Bytes written and not yet acknowledged (0 = everything delivered).
     pub fn unacked(&self, h: ConnHandle) -> Result<usize, Error> {
         self.conns

@@ -20,11 +20,17 @@
 //!   batched send/receive on IPv4 and IPv6.
 //! - [`counters`]: kernel counters (UDP MIB, per-interface statistics),
 //!   snapshots and saturating deltas.
+//! - [`deltat_driver`]: Delta-t endpoint on a UDP socket, `DeltatListener`/`DeltatStream`.
+//! - [`relay`]: seeded impairment relay (delay, loss, reordering) for UDP or TUN pairs.
+//! - [`tun`]: open a TUN device (IP packets in user space).
 //! - [`netns`]: move the calling thread into a named network namespace.
 
 pub mod clock;
 pub mod counters;
+pub mod deltat_driver;
 pub mod netns;
+pub mod relay;
+pub mod tun;
 pub mod udp;
 
 pub use clock::{unix_time_ms, MonotonicClock};

@@ -52,6 +52,16 @@ pub enum Command {
     /// Receive into a directory (`--out`), stdout (`--stdout`) or a TCP
     /// destination (`--tcp-connect`).
     Recv(RecvArgs),
+    /// Delta-t (reliable, needs a return path): send/recv a file, echo.
+    Deltat(crate::deltat::DeltatArgs),
+    /// Impairment relay (delay, loss, reordering) over UDP or between two TUN devices.
+    Relay(crate::deltat::RelayArgs),
+    /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
+    Guard(crate::guard::GuardArgs),
+    /// Kernel measuring points (UDP MIB, link, guard counters), once or as deltas.
+    Stats(crate::stats::StatsArgs),
+    /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
+    Trial(crate::trial::TrialArgs),
 }
 
 /// Settings shared by both sides.
@@ -107,8 +117,18 @@ pub struct SendArgs {
     /// Accept TCP connections here; each becomes a channel (runs until interrupted).
     #[arg(long, value_name = "ADDR")]
     pub tcp_listen: Option<SocketAddr>,
-    /// Never use UDP GSO (one sendmmsg entry per datagram). Needed when the
-    /// link emulation drops whole GSO super-packets (nft on a veth testbed).
+    /// Listen for UDP datagrams here; each source address/port becomes a
+    /// datagram channel, delivered datagram by datagram (runs until interrupted).
+    #[arg(long, value_name = "ADDR")]
+    pub udp_listen: Option<SocketAddr>,
+    /// A UDP flow silent this long is finished (ms). Default 5000.
+    #[arg(long, value_name = "MS")]
+    pub udp_idle: Option<u64>,
+    /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9977`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Never use UDP GSO (one sendmmsg entry per datagram). Only for links
+    /// that mishandle GSO super-packets (the testbed segments them itself).
     #[arg(long)]
     pub no_gso: bool,
     /// Keep sending beacons this long after the last channel (ms). Default 750.
@@ -134,6 +154,12 @@ pub struct RecvArgs {
     /// Connect to this TCP address for every received stream.
     #[arg(long, value_name = "ADDR")]
     pub tcp_connect: Option<SocketAddr>,
+    /// Send every record of received UDP flows to this address, one datagram each.
+    #[arg(long, value_name = "ADDR")]
+    pub udp_forward: Option<SocketAddr>,
+    /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     /// Exit once channels were seen, all are decided and the link is silent.
     #[arg(long)]
     pub once: bool,
@@ -160,6 +186,14 @@ pub struct FileConfig {
     listen: Option<SocketAddr>,
     tcp_listen: Option<SocketAddr>,
     tcp_connect: Option<SocketAddr>,
+    /// `udp-listen` (send).
+    pub udp_listen: Option<SocketAddr>,
+    /// `udp-idle` (send).
+    pub udp_idle: Option<u64>,
+    /// `udp-forward` (recv).
+    pub udp_forward: Option<SocketAddr>,
+    /// `metrics` (both).
+    pub metrics: Option<SocketAddr>,
     out: Option<PathBuf>,
     stdout: Option<bool>,
     once: Option<bool>,

@@ -11,13 +11,20 @@
 //! 2 usage or configuration error; 3 IO error (socket, output directory).
 
 mod config;
+mod deltat;
+mod flows;
+mod guard;
+mod metrics;
+mod stats;
 mod summary;
+mod trial;
 
 use anyhow::Context;
 use clap::Parser;
 use config::{Cli, Command, FileConfig, Link, LogFormat, RecvArgs, SendArgs};
 use diodon_apps::files::{collect, send_files, FileSink};
 use diodon_apps::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
+use diodon_apps::udp_flow::{UdpForwardSink, UdpForwardStats};
 use diodon_apps::{
     run_receiver, run_sender, PipelineError, RecvOptions, RecvProgress, RecvReport, SendOptions,
     SendProgress, Sink,
@@ -60,6 +67,13 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Command::Send(args) => cmd_send(&args),
         Command::Recv(args) => cmd_recv(&args),
+        Command::Deltat(args) => deltat::run(&args).map_err(|e| Fatal(EXIT_IO, e)),
+        Command::Relay(args) => {
+            deltat::run_relay(&args, &stop_flag()).map_err(|e| Fatal(EXIT_IO, e))
+        }
+        Command::Guard(args) => guard::run(&args),
+        Command::Stats(args) => stats::run(&args),
+        Command::Trial(args) => trial::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -122,9 +136,11 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
     let link = Link::merge(&args.link, &file).map_err(config_err)?;
     let (to, bind, tcp_listen, linger, no_gso) = args.resolve(&file);
     let to = to.context("--to ADDR is required").map_err(config_err)?;
-    if args.paths.is_empty() && tcp_listen.is_none() {
+    let udp_listen = config::pick(args.udp_listen.as_ref(), file.udp_listen.as_ref());
+    let metrics_addr = config::pick(args.metrics.as_ref(), file.metrics.as_ref());
+    if args.paths.is_empty() && tcp_listen.is_none() && udp_listen.is_none() {
         return Err(config_err(anyhow::anyhow!(
-            "nothing to send: give paths, `-` for stdin, or --tcp-listen ADDR"
+            "nothing to send: give paths, `-` for stdin, --tcp-listen ADDR or --udp-listen ADDR"
         )));
     }
     let stdin = args.paths.iter().any(|p| p.as_os_str() == "-");
@@ -164,7 +180,7 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
     } else {
         collect(&args.paths).map_err(|e| Fatal(EXIT_IO, e.into()))?
     };
-    if !stdin && tcp_listen.is_none() && files.is_empty() {
+    if !stdin && tcp_listen.is_none() && udp_listen.is_none() && files.is_empty() {
         return Err(Fatal(
             EXIT_IO,
             anyhow::anyhow!("no regular files found in the given paths"),
@@ -187,11 +203,31 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
         .sum();
     progress.total_hint.store(total, Ordering::Relaxed);
     let (handle, input) = diodon_apps::send::queue(opts.queue_chunks);
+    let udp_source = udp_listen.map(|a| {
+        let idle = args.udp_idle.or(file.udp_idle).unwrap_or(5000);
+        (flows::source_options(a, &link, idle), Arc::default())
+    });
+    let udp_stats = udp_source.as_ref().map(|(_, st)| Arc::clone(st));
+    if let Some(a) = metrics_addr {
+        let src = metrics::Source::Send {
+            progress: Arc::clone(&progress),
+            udp: udp_stats.clone(),
+        };
+        metrics::serve(a, src, to.ip(), link.device.clone())
+            .with_context(|| format!("--metrics {a}"))
+            .map_err(|e| Fatal(EXIT_IO, e))?;
+    }
     let source_stop = Arc::clone(&stop);
     let source = thread::Builder::new()
         .name("diodon-source".into())
         .spawn(move || -> usize {
-            if let Some(l) = listener {
+            if let Some((o, st)) = udp_source {
+                if let Err(e) = diodon_apps::udp_flow::serve_udp(&o, &handle, &source_stop, &st) {
+                    tracing::error!("UDP listener: {e}");
+                    return 1;
+                }
+                0
+            } else if let Some(l) = listener {
                 if let Err(e) = serve_tcp(&l, &handle, &source_stop) {
                     tracing::error!("TCP listener: {e}");
                     return 1;
@@ -214,7 +250,13 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
     let before = UdpSnmp::read().ok();
     let cpu0 = cpu_seconds();
     let core_progress = Arc::clone(&progress);
-    let core_stop = Arc::clone(&stop);
+    // UDP flows end gracefully on a signal: the source finishes every flow
+    // and the core drains (instead of aborting the open channels).
+    let core_stop = if udp_stats.is_some() {
+        Arc::new(AtomicBool::new(false))
+    } else {
+        Arc::clone(&stop)
+    };
     let core = thread::Builder::new()
         .name("diodon-core".into())
         .spawn(move || run_sender(&opts, &input, core_progress, &core_stop))
@@ -240,7 +282,10 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
     stop.store(true, Ordering::Relaxed);
     let source_errors = source.join().unwrap_or(1);
     let kernel = KernelDelta::between(before, UdpSnmp::read().ok());
-    let summary = SendSummary::new(&report, kernel, cpu_seconds() - cpu0, source_errors);
+    let mut summary = SendSummary::new(&report, kernel, cpu_seconds() - cpu0, source_errors);
+    summary.udp_source = udp_stats
+        .as_deref()
+        .map(summary::UdpSourceSummary::from_stats);
     eprint!("{}", summary.text());
     if link.json {
         println!("{}", serde_json::to_string(&summary).unwrap_or_default());
@@ -256,11 +301,15 @@ fn cmd_recv(args: &RecvArgs) -> Result<u8, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(config_err)?;
     let link = Link::merge(&args.link, &file).map_err(config_err)?;
     let s = args.resolve(&file).map_err(config_err)?;
-    let modes =
-        usize::from(s.out.is_some()) + usize::from(s.stdout) + usize::from(s.tcp_connect.is_some());
+    let udp_forward = config::pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
+    let metrics_addr = config::pick(args.metrics.as_ref(), file.metrics.as_ref());
+    let modes = usize::from(s.out.is_some())
+        + usize::from(s.stdout)
+        + usize::from(s.tcp_connect.is_some())
+        + usize::from(udp_forward.is_some());
     if modes != 1 {
         return Err(config_err(anyhow::anyhow!(
-            "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR"
+            "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR"
         )));
     }
     let mut udp = UdpConfig::new(s.listen);
@@ -284,18 +333,34 @@ fn cmd_recv(args: &RecvArgs) -> Result<u8, Fatal> {
     let json_to_stderr = s.stdout;
     let stop = stop_flag();
     let progress = Arc::new(RecvProgress::default());
+    let forward_stats = udp_forward.map(|_| Arc::new(UdpForwardStats::default()));
+    if let Some(a) = metrics_addr {
+        let src = metrics::Source::Recv {
+            progress: Arc::clone(&progress),
+            udp: forward_stats.clone(),
+        };
+        metrics::serve(a, src, s.listen.ip(), link.device.clone())
+            .with_context(|| format!("--metrics {a}"))
+            .map_err(|e| Fatal(EXIT_IO, e))?;
+    }
     let before = UdpSnmp::read().ok();
     let cpu0 = cpu_seconds();
     let report = if let Some(out) = &s.out {
         let sink = FileSink::new(out, s.fsync).map_err(|e| Fatal(EXIT_IO, e.into()))?;
         run_with_progress(&opts, sink, &progress, &stop, !link.json && !s.stdout)?
+    } else if let (Some(dest), Some(st)) = (udp_forward, &forward_stats) {
+        let sink = UdpForwardSink::new(dest, Arc::clone(st));
+        run_with_progress(&opts, sink, &progress, &stop, !link.json)?
     } else if let Some(dest) = s.tcp_connect {
         run_with_progress(&opts, TcpSink::new(dest), &progress, &stop, !link.json)?
     } else {
         run_with_progress(&opts, StdoutSink::default(), &progress, &stop, false)?
     };
     let kernel = KernelDelta::between(before, UdpSnmp::read().ok());
-    let summary = RecvSummary::new(&report, kernel, cpu_seconds() - cpu0);
+    let mut summary = RecvSummary::new(&report, kernel, cpu_seconds() - cpu0);
+    summary.udp_forwarded = forward_stats
+        .as_ref()
+        .map(|st| st.datagrams.load(Ordering::Relaxed));
     eprint!("{}", summary.text());
     if link.json {
         let text = serde_json::to_string(&summary).unwrap_or_default();

@@ -121,6 +121,37 @@ pub struct SendSummary {
     pub kernel: KernelDelta,
     pub warnings: Vec<String>,
     pub channels: Vec<SentChannel>,
+    /// With `--udp-listen`: what the UDP-flow source read and what the
+    /// kernel dropped on its socket (the source outran the link).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_source: Option<UdpSourceSummary>,
+}
+
+/// The UDP-flow source's counters (`--udp-listen`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct UdpSourceSummary {
+    /// Datagrams read.
+    pub datagrams: u64,
+    /// Payload bytes read.
+    pub bytes: u64,
+    /// Flows (channels) opened.
+    pub flows: u64,
+    /// Datagrams the kernel dropped on the listening socket (`SO_RXQ_OVFL`):
+    /// the only admissible loss, a source faster than the configured rate.
+    pub socket_drops: u64,
+}
+
+impl UdpSourceSummary {
+    /// Reads the live counters.
+    pub fn from_stats(s: &diodon_apps::udp_flow::UdpSourceStats) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        UdpSourceSummary {
+            datagrams: s.datagrams.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            flows: s.flows.load(Relaxed),
+            socket_drops: s.socket_drops.load(Relaxed),
+        }
+    }
 }
 
 impl SendSummary {
@@ -147,6 +178,7 @@ impl SendSummary {
             kernel,
             warnings: r.warnings.iter().map(ToString::to_string).collect(),
             channels: r.channels.clone(),
+            udp_source: None,
         }
     }
 
@@ -154,6 +186,13 @@ impl SendSummary {
     pub fn text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "diodon send: session {}", self.session);
+        if let Some(u) = &self.udp_source {
+            let _ = writeln!(
+                s,
+                "  UDP flows {}: {} datagrams, {} bytes read; {} dropped by the kernel (source faster than the link)",
+                u.flows, u.datagrams, u.bytes, u.socket_drops
+            );
+        }
         let _ = writeln!(
             s,
             "  {} bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
@@ -227,6 +266,9 @@ pub struct RecvSummary {
     pub mismatches: Vec<String>,
     pub warnings: Vec<String>,
     pub channels: Vec<ChannelOutcome>,
+    /// With `--udp-forward`: datagrams sent to the destination.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_forwarded: Option<u64>,
 }
 
 impl RecvSummary {
@@ -266,6 +308,7 @@ impl RecvSummary {
             mismatches: r.mismatches.clone(),
             warnings: r.warnings.iter().map(ToString::to_string).collect(),
             channels: r.channels.clone(),
+            udp_forwarded: None,
         }
     }
 
@@ -273,6 +316,9 @@ impl RecvSummary {
     pub fn text(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "diodon recv: sessions {}", self.sessions.join(", "));
+        if let Some(n) = self.udp_forwarded {
+            let _ = writeln!(s, "  UDP datagrams forwarded {n}");
+        }
         let _ = writeln!(
             s,
             "  {} verified bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",

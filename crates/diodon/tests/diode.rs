@@ -153,17 +153,22 @@ impl Testbed {
         words[i + 1].parse().unwrap()
     }
 
-    /// The guard's own count of everything rx0 tried to send.
-    fn rx_egress_dropped(&self) -> u64 {
+    /// A guard counter from `testbed.sh status`: (packets, bytes).
+    fn guard_counter(&self, side: &str, name: &str) -> (u64, u64) {
         let out = self.script(&["status"]);
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .find_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                (f.len() >= 5 && f[0] == "counter" && f[1] == "rx" && f[2] == "egress_dropped")
-                    .then(|| f[4].parse().unwrap())
+                (f.len() >= 7 && f[0] == "counter" && f[1] == side && f[2] == name)
+                    .then(|| (f[4].parse().unwrap(), f[6].parse().unwrap()))
             })
-            .unwrap_or(0)
+            .unwrap_or((0, 0))
+    }
+
+    /// The guard's own count of everything rx0 tried to send.
+    fn rx_egress_dropped(&self) -> u64 {
+        self.guard_counter("rx", "egress_dropped").0
     }
 
     /// (e): after every test the receiver namespace sent nothing of ours.
@@ -261,13 +266,21 @@ fn lossy_link_file_is_identical_and_repaired() {
     random_file(&src, 125_000_000);
     let out = dir.path().join("out");
     let rx = tb.recv(&out, &["--once"]);
-    // The testbed's nft loss rule sees a GSO super-packet as one packet and
-    // would drop 32 datagrams at once (a wire segments first): send without GSO.
-    let tx = tb.send(&[&src], &["--rate", "1gbit", "--repair", "10", "--no-gso"]);
+    // With GSO: the testbed segments super-packets before the link, so the
+    // loss rule drops single datagrams as a wire would.
+    let tx = tb.send(&[&src], &["--rate", "1gbit", "--repair", "10"]);
     let tx = finish(tx, Duration::from_secs(60), "send");
     let rx = finish(rx, Duration::from_secs(30), "recv");
     assert_eq!(tx.status.code(), Some(0));
     assert_eq!(rx.status.code(), Some(0));
+    assert_eq!(summary(&tx)["gso"], true, "the sender used GSO");
+    let (lost_packets, lost_bytes) = tb.guard_counter("rx", "loss_dropped");
+    assert!(lost_packets > 0, "the loss rule dropped nothing");
+    assert!(
+        lost_bytes / lost_packets <= 1514,
+        "the loss rule saw super-packets ({lost_bytes} bytes in {lost_packets} packets): \
+         GSO is not segmented before the link"
+    );
     let s = summary(&rx);
     assert_eq!(sha256(&src), sha256(&out.join("big.bin")));
     assert!(
@@ -434,5 +447,360 @@ fn datagram_forged_with_a_wrong_key_is_counted_as_bad_check() {
     assert_eq!(s["bad_check"], 5, "{s}");
     assert_eq!(s["channels_complete"], 1);
     assert_eq!(sha256(&src), sha256(&out.join("doc.txt")));
+    tb.assert_one_way();
+}
+
+/// Length of datagram `seq` of a test flow (5..=1204 bytes, varied).
+fn flow_len(seq: u32) -> usize {
+    5 + (seq as usize * 7919) % 1200
+}
+
+/// Payload `seq` of flow `flow`: flow id, sequence number, filler.
+fn flow_payload(flow: u8, seq: u32) -> Vec<u8> {
+    let mut p = vec![flow ^ (seq as u8); flow_len(seq)];
+    p[0] = flow;
+    p[1..5].copy_from_slice(&seq.to_be_bytes());
+    p
+}
+
+/// Datagrams a test destination collected: (source, payload) in arrival order.
+type Collected = Vec<(std::net::SocketAddr, Vec<u8>)>;
+
+/// Collects `total` datagrams on `addr` inside namespace `ns` (gives up after
+/// 90 s); returns them and the socket's kernel drop count.
+#[expect(clippy::disallowed_methods, reason = "test harness deadline")]
+fn collect_datagrams(
+    ns: &str,
+    addr: &'static str,
+    total: u64,
+) -> std::thread::JoinHandle<Result<(Collected, u64), diodon_io::netns::NetnsError>> {
+    diodon_io::netns::spawn_in(ns, move || {
+        let mut cfg = diodon_io::UdpConfig::new(addr.parse().unwrap());
+        cfg.rcvbuf = Some(64 << 20);
+        cfg.gro = false;
+        let mut sock = diodon_io::BatchReceiver::open(&cfg).unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while (got.len() as u64) < total && std::time::Instant::now() < deadline {
+            let batch = sock.recv_batch(Some(Duration::from_millis(200))).unwrap();
+            got.extend(batch.iter().map(|d| (d.src, d.data.to_vec())));
+        }
+        (got, sock.socket_drops_now().unwrap())
+    })
+    .unwrap()
+}
+
+/// Sends `per_flow` datagrams from each of `flows` sockets (interleaved) to
+/// `dest` inside namespace `ns`, paced to `bps`; returns the time it took.
+#[expect(clippy::disallowed_methods, reason = "test source pacing")]
+fn send_flows(ns: &str, dest: &'static str, flows: u8, per_flow: u32, bps: f64) -> Duration {
+    diodon_io::netns::spawn_in(ns, move || {
+        let socks: Vec<UdpSocket> = (0..flows)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let start = std::time::Instant::now();
+        let mut bytes = 0u64;
+        for seq in 0..per_flow {
+            for (flow, s) in socks.iter().enumerate() {
+                let p = flow_payload(flow as u8, seq);
+                bytes += p.len() as u64;
+                s.send_to(&p, dest).unwrap();
+            }
+            if seq % 64 == 0 {
+                let due = Duration::from_secs_f64(bytes as f64 * 8.0 / bps);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        start.elapsed()
+    })
+    .unwrap()
+    .join()
+    .unwrap()
+    .unwrap()
+}
+
+#[test]
+fn udp_flows_arrive_complete_in_order_with_boundaries() {
+    const PER_FLOW: u32 = 50_000;
+    const FLOWS: u8 = 2;
+    let Some(tb) = Testbed::up(&[]) else { return };
+    let total = u64::from(PER_FLOW) * u64::from(FLOWS);
+    let dest = collect_datagrams(&tb.ns("rx"), "127.0.0.1:7800", total);
+    std::thread::sleep(Duration::from_millis(200));
+    let rx = tb
+        .cmd("rx", BIN)
+        .args([
+            "recv",
+            "--listen",
+            RX_ADDR,
+            "--udp-forward",
+            "127.0.0.1:7800",
+        ])
+        .args(["--once", "--json", "--rate", "1gbit"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tx = tb
+        .cmd("tx", BIN)
+        .args(["send", "--to", RX_ADDR, "--udp-listen", "127.0.0.1:7900"])
+        .args(["--udp-idle", "1000", "--rate", "500mbit", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // Two flows interleaved at ~200 Mbit/s, well under the link's 500 Mbit/s.
+    let took = send_flows(&tb.ns("tx"), "127.0.0.1:7900", FLOWS, PER_FLOW, 200e6);
+    eprintln!("source: {total} datagrams in {took:?}");
+    let (got, dest_drops) = dest.join().unwrap().unwrap();
+    // The flows finish after 1 s of silence; then stop the (listening) sender.
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = Command::new("kill").arg(tx.id().to_string()).status();
+    let tx = finish(tx, Duration::from_secs(10), "send");
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    assert_eq!(dest_drops, 0, "the test's destination socket overflowed");
+    assert_eq!(rx.status.code(), Some(0));
+    let r = summary(&rx);
+    assert_eq!(r["channels_complete"], u64::from(FLOWS), "{r}");
+    assert_eq!(r["udp_forwarded"], total, "{r}");
+    let t = summary(&tx);
+    assert_eq!(t["udp_source"]["datagrams"], total, "{t}");
+    assert_eq!(t["udp_source"]["flows"], u64::from(FLOWS), "{t}");
+    assert_eq!(t["udp_source"]["socket_drops"], 0, "{t}");
+    assert_eq!(got.len() as u64, total, "every datagram delivered");
+    // Per flow: one forwarding socket each, every datagram in order, its
+    // length and content intact.
+    let mut next = vec![0u32; usize::from(FLOWS)];
+    let mut src_of: Vec<Option<std::net::SocketAddr>> = vec![None; usize::from(FLOWS)];
+    for (src, data) in &got {
+        let flow = usize::from(data[0]);
+        let seq = u32::from_be_bytes(data[1..5].try_into().unwrap());
+        assert_eq!(seq, next[flow], "flow {flow} out of order");
+        assert_eq!(data, &flow_payload(data[0], seq), "flow {flow} seq {seq}");
+        assert_eq!(
+            *src_of[flow].get_or_insert(*src),
+            *src,
+            "one socket per flow"
+        );
+        next[flow] += 1;
+    }
+    assert_ne!(
+        src_of[0], src_of[1],
+        "flows are told apart at the destination"
+    );
+    tb.assert_one_way();
+}
+
+/// Size of test connection `i` of 20: 1 KB … 200 MB, log-spaced.
+fn conn_size(i: u64) -> u64 {
+    (1000.0 * 200_000f64.powf(i as f64 / 19.0)).round() as u64
+}
+
+/// The bytes of connection `i` after its 8-byte index header (xorshift).
+struct ConnBytes(u64);
+
+impl ConnBytes {
+    fn new(i: u64) -> Self {
+        ConnBytes((i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            chunk.copy_from_slice(&self.0.to_le_bytes()[..chunk.len()]);
+        }
+    }
+}
+
+/// Reads one destination connection: (index, bytes, identical).
+fn check_conn(mut c: std::net::TcpStream) -> (u64, u64, bool) {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    if c.read_exact(&mut head).is_err() {
+        return (u64::MAX, 0, false);
+    }
+    let i = u64::from_be_bytes(head);
+    let mut gen = ConnBytes::new(i);
+    let (mut buf, mut want) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    let (mut n, mut same) = (8u64, true);
+    // Compare in 8-byte-aligned steps so the generator stays in phase.
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let k = match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => k,
+        };
+        n += k as u64;
+        pending.extend_from_slice(&buf[..k]);
+        let whole = pending.len() / 8 * 8;
+        if whole > 0 {
+            want.resize(whole, 0);
+            gen.fill(&mut want);
+            same &= pending[..whole] == want[..];
+            pending.drain(..whole);
+        }
+    }
+    if !pending.is_empty() {
+        want.resize(pending.len(), 0);
+        gen.fill(&mut want);
+        same &= pending == want;
+    }
+    (i, n, same && n == conn_size(i))
+}
+
+#[test]
+fn twenty_concurrent_tcp_connections_arrive_identical() {
+    const CONNS: u64 = 20;
+    let Some(tb) = Testbed::up(&[]) else { return };
+    // The destination: one thread per connection (the receiver writes to
+    // all of them concurrently).
+    let dest = diodon_io::netns::spawn_in(&tb.ns("rx"), || {
+        let l = std::net::TcpListener::bind("127.0.0.1:7802").unwrap();
+        let readers: Vec<_> = (0..CONNS)
+            .map(|_| {
+                let (c, _) = l.accept().unwrap();
+                std::thread::spawn(move || check_conn(c))
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .unwrap();
+    let rx = tb
+        .cmd("rx", BIN)
+        .args([
+            "recv",
+            "--listen",
+            RX_ADDR,
+            "--tcp-connect",
+            "127.0.0.1:7802",
+        ])
+        .args(["--once", "--json", "--rate", "1gbit"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tx = tb
+        .cmd("tx", BIN)
+        .args(["send", "--to", RX_ADDR, "--tcp-listen", "127.0.0.1:7901"])
+        .args(["--rate", "1gbit", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let sources = diodon_io::netns::spawn_in(&tb.ns("tx"), || {
+        let writers: Vec<_> = (0..CONNS)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    let mut c = std::net::TcpStream::connect("127.0.0.1:7901").unwrap();
+                    c.write_all(&i.to_be_bytes()).unwrap();
+                    let mut gen = ConnBytes::new(i);
+                    let mut left = conn_size(i) - 8;
+                    let mut buf = vec![0u8; 1 << 16];
+                    while left > 0 {
+                        let k = (left as usize).min(buf.len());
+                        gen.fill(&mut buf[..k]);
+                        c.write_all(&buf[..k]).unwrap();
+                        left -= k as u64;
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+    })
+    .unwrap();
+    sources.join().unwrap().unwrap();
+    let results = dest.join().unwrap().unwrap();
+    // Every connection is decided; stop the (listening) sender.
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").arg(tx.id().to_string()).status();
+    let tx = finish(tx, Duration::from_secs(10), "send");
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    let total: u64 = (0..CONNS).map(conn_size).sum();
+    eprintln!("{CONNS} connections, {total} bytes");
+    let mut seen: Vec<u64> = results.iter().map(|r| r.0).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..CONNS).collect::<Vec<_>>(), "{results:?}");
+    for (i, n, same) in &results {
+        assert!(
+            same,
+            "connection {i}: {n} of {} bytes, identical {same}",
+            conn_size(*i)
+        );
+    }
+    assert_eq!(rx.status.code(), Some(0));
+    let r = summary(&rx);
+    assert_eq!(r["channels_complete"], CONNS, "{r}");
+    assert_eq!(summary(&tx)["channels_sent"], CONNS);
+    tb.assert_one_way();
+}
+
+/// `RcvbufErrors` of /proc/net/snmp in the testbed's `side` namespace.
+fn rcvbuf_errors(tb: &Testbed, side: &str) -> u64 {
+    let out = tb.cmd(side, "cat").arg("/proc/net/snmp").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
+    let i = names
+        .split_whitespace()
+        .position(|w| w == "RcvbufErrors")
+        .unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+#[test]
+fn unpaced_jumbo_file_is_identical_and_drops_match_the_kernel() {
+    let Some(tb) = Testbed::up(&["--mtu", "9000"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("jumbo.bin");
+    random_file(&src, 125_000_000);
+    let out = dir.path().join("out");
+    let before = rcvbuf_errors(&tb, "rx");
+    let rx = tb
+        .cmd("rx", BIN)
+        .args(["recv", "--listen", RX_ADDR, "--once", "--json"])
+        .args(["--rate", "unlimited", "--mtu", "9000", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = tb.send(&[&src], &["--rate", "unlimited", "--mtu", "9000"]);
+    let tx = finish(tx, Duration::from_secs(60), "send");
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    let after = rcvbuf_errors(&tb, "rx");
+    assert_eq!(tx.status.code(), Some(0));
+    let s = summary(&rx);
+    eprintln!(
+        "goodput {} Mbit/s, socket drops {}, RcvbufErrors delta {}",
+        s["goodput_mbps"],
+        s["socket_drops"],
+        after - before
+    );
+    assert_eq!(
+        s["socket_drops"].as_u64().unwrap(),
+        after - before,
+        "the summary's socket drops must equal the kernel's RcvbufErrors delta: {s}"
+    );
+    assert_eq!(
+        s["kernel"]["rcvbuf_errors"].as_u64().unwrap(),
+        after - before,
+        "{s}"
+    );
+    assert_eq!(rx.status.code(), Some(0), "{s}");
+    assert_eq!(sha256(&src), sha256(&out.join("jumbo.bin")));
     tb.assert_one_way();
 }

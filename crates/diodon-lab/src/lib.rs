@@ -1,0 +1,20 @@
+//! Diodon's measuring instruments (issue 5, after the packet-loss thesis):
+//!
+//! ```text
+//!  guard   nftables one-way guard per host: allow only the diode's UDP, count, verify
+//!  stats   kernel measuring points: /proc/net/snmp Udp, link stats64, guard counters
+//!  plan    the TOML trial plan
+//!  trial   the trial harness: receiver, snapshots, sender, wait, SHA-256, snapshots
+//!  report  CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
+//! ```
+//!
+//! Everything here drives the kernel through `ip`, `nft` and `/proc`, and
+//! needs root for namespaces; pure parts (ruleset text, JSON parsing, CSV,
+//! summaries) are unit-tested without it.
+
+pub mod guard;
+pub mod nft;
+pub mod plan;
+pub mod report;
+pub mod stats;
+pub mod trial;

@@ -1,0 +1,363 @@
+//! Trial outputs: CSV files (all rows, and one per configuration × bitrate as
+//! in the thesis's Appendix A), `testresults.txt` per configuration (the
+//! thesis's Listing 4.3 format), a `summary.txt` table, and PNG plots of
+//! CFR and average duration against bitrate (one line per configuration).
+//!
+//! ```text
+//!  OUT/trials.csv                       every row
+//!  OUT/summary.txt                      CFR and duration per cell
+//!  OUT/cfr.png, OUT/duration.png        plots
+//!  OUT/CONFIG/BITRATE.csv, CONFIG/testresults.txt
+//! ```
+
+use crate::trial::{Row, CSV_HEADER};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// CFR and duration of one cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    /// Configuration label.
+    pub config: String,
+    /// Mbit/s.
+    pub bitrate: f64,
+    /// Trials run.
+    pub trials: usize,
+    /// Trials whose file arrived intact.
+    pub ok: usize,
+    /// Average duration of the successful trials, seconds.
+    pub avg_ok_s: Option<f64>,
+    /// Average duration of all trials, seconds.
+    pub avg_all_s: f64,
+}
+
+impl Cell {
+    /// Completed File Ratio, percent.
+    pub fn cfr(&self) -> f64 {
+        100.0 * self.ok as f64 / self.trials.max(1) as f64
+    }
+}
+
+/// Groups rows into cells, in first-seen order of configurations.
+pub fn cells(rows: &[Row]) -> Vec<Cell> {
+    let mut order: Vec<(String, u64)> = Vec::new();
+    let mut by: BTreeMap<(String, u64), Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        let key = (r.config.label(), r.bitrate.to_bits());
+        if !by.contains_key(&key) {
+            order.push(key.clone());
+        }
+        by.entry(key).or_default().push(r);
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let rs = &by[&key];
+            let ok: Vec<f64> = rs
+                .iter()
+                .filter(|r| r.xfer_success)
+                .map(|r| r.xfer_time)
+                .collect();
+            Cell {
+                config: key.0.clone(),
+                bitrate: f64::from_bits(key.1),
+                trials: rs.len(),
+                ok: ok.len(),
+                avg_ok_s: (!ok.is_empty()).then(|| ok.iter().sum::<f64>() / ok.len() as f64),
+                avg_all_s: rs.iter().map(|r| r.xfer_time).sum::<f64>() / rs.len() as f64,
+            }
+        })
+        .collect()
+}
+
+/// The thesis's `testresults.txt` for one configuration (highest bitrate first).
+pub fn testresults(config: &str, cells: &[Cell]) -> String {
+    let mut s = format!("Configuration: {config}\n\nTest results\n-----\n");
+    let mut mine: Vec<&Cell> = cells.iter().filter(|c| c.config == config).collect();
+    mine.sort_by(|a, b| b.bitrate.total_cmp(&a.bitrate));
+    for c in mine {
+        let _ = write!(
+            s,
+            "Bitrate: {} bits/second\nSuccess rate: {:.1}%\nAverage duration: {} seconds\n\n",
+            (c.bitrate * 1e6).round() as u64,
+            c.cfr(),
+            c.avg_ok_s
+                .map_or_else(|| "n/a".to_owned(), |d| format!("{d:.2}"))
+        );
+    }
+    s
+}
+
+/// A fixed-width table of every cell.
+pub fn summary(cells: &[Cell]) -> String {
+    let mut s = format!(
+        "{:<44} {:>9} {:>7} {:>8} {:>12} {:>12}\n",
+        "configuration", "Mbit/s", "trials", "CFR %", "avg ok (s)", "avg all (s)"
+    );
+    for c in cells {
+        let _ = writeln!(
+            s,
+            "{:<44} {:>9} {:>7} {:>8.1} {:>12} {:>12.2}",
+            c.config,
+            c.bitrate,
+            c.trials,
+            c.cfr(),
+            c.avg_ok_s
+                .map_or_else(|| "n/a".to_owned(), |d| format!("{d:.2}")),
+            c.avg_all_s
+        );
+    }
+    s
+}
+
+/// Writes every output into `out`; returns the files written.
+pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
+    fs::create_dir_all(out)?;
+    let mut written = Vec::new();
+    let mut all = format!("{CSV_HEADER}\n");
+    for r in rows {
+        all.push_str(&r.csv());
+        all.push('\n');
+    }
+    let p = out.join("trials.csv");
+    fs::write(&p, all)?;
+    written.push(p);
+    let cells = cells(rows);
+    let mut configs: Vec<String> = Vec::new();
+    for c in &cells {
+        if !configs.contains(&c.config) {
+            configs.push(c.config.clone());
+        }
+    }
+    for config in &configs {
+        let dir = out.join(config);
+        fs::create_dir_all(&dir)?;
+        let mut per: BTreeMap<u64, String> = BTreeMap::new();
+        for r in rows.iter().filter(|r| &r.config.label() == config) {
+            let text = per
+                .entry((r.bitrate * 1e6).round() as u64)
+                .or_insert_with(|| format!("{CSV_HEADER}\n"));
+            text.push_str(&r.csv());
+            text.push('\n');
+        }
+        for (bits, text) in per {
+            let p = dir.join(format!("{bits}.csv"));
+            fs::write(&p, text)?;
+            written.push(p);
+        }
+        let p = dir.join("testresults.txt");
+        fs::write(&p, testresults(config, &cells))?;
+        written.push(p);
+    }
+    let p = out.join("summary.txt");
+    fs::write(&p, summary(&cells))?;
+    written.push(p);
+    for (name, what) in [("cfr.png", Metric::Cfr), ("duration.png", Metric::Duration)] {
+        let p = out.join(name);
+        plot(&p, &cells, what).map_err(|e| io::Error::other(format!("{name}: {e}")))?;
+        written.push(p);
+    }
+    Ok(written)
+}
+
+/// What a plot shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// CFR %.
+    Cfr,
+    /// Average duration of successful trials (all trials when none succeeded).
+    Duration,
+}
+
+/// Registers a TrueType font for labels; `false` when none is installed (the
+/// plot is then drawn without text).
+fn font() -> bool {
+    static FONT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FONT.get_or_init(|| {
+        let candidates = [
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        ];
+        for c in candidates {
+            if let Ok(bytes) = fs::read(c) {
+                let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, leaked).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// Draws one metric against bitrate, one line per configuration.
+pub fn plot(path: &Path, cells: &[Cell], metric: Metric) -> Result<(), String> {
+    let text = font();
+    let value = |c: &Cell| match metric {
+        Metric::Cfr => c.cfr(),
+        Metric::Duration => c.avg_ok_s.unwrap_or(c.avg_all_s),
+    };
+    let x_max = cells.iter().map(|c| c.bitrate).fold(1.0, f64::max) * 1.05;
+    let y_max = match metric {
+        Metric::Cfr => 105.0,
+        Metric::Duration => cells.iter().map(value).fold(0.1, f64::max) * 1.15,
+    };
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut b = ChartBuilder::on(&root);
+    b.margin(20);
+    if text {
+        let title = match metric {
+            Metric::Cfr => "Completed File Ratio vs bitrate",
+            Metric::Duration => "Average transfer duration vs bitrate",
+        };
+        b.caption(title, ("sans-serif", 24))
+            .x_label_area_size(45)
+            .y_label_area_size(60);
+    }
+    let mut chart = b
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    {
+        let mut mesh = chart.configure_mesh();
+        if text {
+            mesh.x_desc("bitrate (Mbit/s)").y_desc(match metric {
+                Metric::Cfr => "CFR (%)",
+                Metric::Duration => "duration (s)",
+            });
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw().map_err(|e| e.to_string())?;
+    }
+    let mut configs: Vec<&str> = Vec::new();
+    for c in cells {
+        if !configs.contains(&c.config.as_str()) {
+            configs.push(&c.config);
+        }
+    }
+    for (i, config) in configs.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let mut pts: Vec<(f64, f64)> = cells
+            .iter()
+            .filter(|c| c.config == *config)
+            .map(|c| (c.bitrate, value(c)))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let series = chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+        if text {
+            let name = (*config).to_owned();
+            series
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(match metric {
+                // Failing cells sit low on the right; successful ones at 100 %.
+                Metric::Cfr => SeriesLabelPosition::LowerLeft,
+                Metric::Duration => SeriesLabelPosition::UpperRight,
+            })
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Tool;
+    use crate::trial::Config;
+
+    fn row(tool: Tool, bitrate: f64, ok: bool, t: f64) -> Row {
+        Row {
+            config: Config {
+                tool,
+                rcvbuf: 0,
+                mtu: 1500,
+                loss: 0.0,
+            },
+            bitrate,
+            trial: 1,
+            sender_rc: 0,
+            receiver_rc: 0,
+            xfer_time: t,
+            xfer_success: ok,
+            in_file_size: 1,
+            out_file_size: 1,
+            dtgrms_sent: None,
+            dtgrms_received: None,
+            dtgrms_corrupt: None,
+            tx_errors: 0,
+            tx_dropped: 0,
+            rx_errors: 0,
+            rx_dropped: 0,
+            snmp_out_datagrams: 0,
+            snmp_sndbuf_errors: 0,
+            snmp_in_datagrams: 0,
+            snmp_in_errors: 0,
+            snmp_rcvbuf_errors: 0,
+            missing: None,
+            recovered: None,
+            socket_drops: None,
+            repair_ratio: None,
+            app_rcvbuf: None,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn cells_cfr_and_testresults_format() {
+        let rows = vec![
+            row(Tool::Netcat, 100.0, true, 2.0),
+            row(Tool::Netcat, 100.0, false, 4.0),
+            row(Tool::Netcat, 1000.0, true, 1.0),
+            row(Tool::Diodon, 100.0, true, 1.0),
+        ];
+        let cs = cells(&rows);
+        assert_eq!(cs.len(), 3);
+        assert!((cs[0].cfr() - 50.0).abs() < 1e-9);
+        assert_eq!(cs[0].avg_ok_s, Some(2.0));
+        assert!((cs[0].avg_all_s - 3.0).abs() < 1e-9);
+        let t = testresults("netcat_rcvbuf-default_mtu-1500_loss-0", &cs);
+        assert!(t.contains("Bitrate: 1000000000 bits/second\nSuccess rate: 100.0%\nAverage duration: 1.00 seconds\n\nBitrate: 100000000 bits/second\nSuccess rate: 50.0%\nAverage duration: 2.00 seconds"), "{t}");
+        assert!(summary(&cs).contains("diodon_rcvbuf-default_mtu-1500_loss-0"));
+    }
+
+    #[test]
+    fn writes_csvs_summary_and_plots() {
+        let dir = tempfile::tempdir().expect("test");
+        let rows = vec![
+            row(Tool::Netcat, 100.0, true, 2.0),
+            row(Tool::Pydiode(2), 100.0, false, 4.0),
+            row(Tool::Netcat, 500.0, true, 1.0),
+        ];
+        let files = write_all(dir.path(), &rows).expect("test");
+        for f in &files {
+            assert!(fs::metadata(f).expect("test").len() > 0, "{}", f.display());
+        }
+        let png = fs::read(dir.path().join("cfr.png")).expect("test");
+        assert_eq!(&png[1..4], b"PNG");
+        assert!(dir
+            .path()
+            .join("pydiode-r2_rcvbuf-default_mtu-1500_loss-0/100000000.csv")
+            .is_file());
+    }
+}

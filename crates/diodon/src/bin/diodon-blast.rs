@@ -1,0 +1,124 @@
+//! `diodon-blast`: the raw one-way UDP ceiling of a link, for
+//! `scripts/bench-link.sh` (iperf3 cannot run over a diode: it needs a TCP
+//! control connection back).
+//!
+//! ```text
+//!  diodon-blast send DEST PAYLOAD SECONDS ─► sendmsg + UDP GSO, unpaced ─► link
+//!  diodon-blast sink LISTEN [IDLE_MS]     ◄─ recvmmsg + GRO, 256 MiB rcvbuf; counts
+//! ```
+//!
+//! Both print one JSON line: datagrams, payload bytes, seconds, Mbit/s of
+//! UDP payload, and (sink) the socket's kernel drops. The sink measures from
+//! its first to its last datagram and exits after `IDLE_MS` (default 1000) of
+//! silence.
+
+use diodon_io::{BatchReceiver, BatchSender, MonotonicClock, UdpConfig};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("send") if args.len() == 4 => blast(&args[1], &args[2], &args[3]),
+        Some("sink") if args.len() >= 2 => sink(&args[1], args.get(2).map(String::as_str)),
+        _ => Err("usage: diodon-blast send DEST PAYLOAD SECONDS | sink LISTEN [IDLE_MS]".into()),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("diodon-blast: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        bytes as f64 * 8.0 / secs / 1e6
+    } else {
+        0.0
+    }
+}
+
+fn blast(dest: &str, payload: &str, seconds: &str) -> Result<(), String> {
+    let dest: SocketAddr = dest.parse().map_err(|e| format!("DEST: {e}"))?;
+    let payload: usize = payload.parse().map_err(|e| format!("PAYLOAD: {e}"))?;
+    let seconds: f64 = seconds.parse().map_err(|e| format!("SECONDS: {e}"))?;
+    let bind = if dest.is_ipv6() {
+        SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+    };
+    let mut cfg = UdpConfig::new(bind);
+    cfg.sndbuf = Some(4 << 20);
+    let mut sock = BatchSender::open(&cfg).map_err(|e| e.to_string())?;
+    let per_call = (65_000 / payload).clamp(1, 64);
+    let buf: Vec<u8> = (0..payload * per_call).map(|i| i as u8).collect();
+    let clock = MonotonicClock::new();
+    let start = clock.now();
+    let limit = Duration::from_secs_f64(seconds);
+    let (mut n, mut bytes) = (0u64, 0u64);
+    loop {
+        let elapsed = clock.now().saturating_duration_since(start);
+        if elapsed >= limit {
+            break;
+        }
+        let r = sock.send(dest, &buf, payload).map_err(|e| e.to_string())?;
+        n += r.datagrams;
+        bytes += r.bytes;
+    }
+    let secs = clock.now().saturating_duration_since(start).as_secs_f64();
+    let c = sock.counters();
+    println!(
+        "{{\"side\":\"blast\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"gso\":{},\"enobufs_retries\":{}}}",
+        mbps(bytes, secs),
+        sock.gso_enabled(),
+        c.enobufs_retries
+    );
+    Ok(())
+}
+
+fn sink(listen: &str, idle_ms: Option<&str>) -> Result<(), String> {
+    let listen: SocketAddr = listen.parse().map_err(|e| format!("LISTEN: {e}"))?;
+    let idle = Duration::from_millis(
+        idle_ms
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| format!("IDLE_MS: {e}"))?
+            .unwrap_or(1000),
+    );
+    let mut cfg = UdpConfig::new(listen);
+    cfg.rcvbuf = Some(256 << 20);
+    let mut sock = BatchReceiver::open(&cfg).map_err(|e| e.to_string())?;
+    let clock = MonotonicClock::new();
+    let (mut first, mut last) = (None, clock.now());
+    let (mut n, mut bytes) = (0u64, 0u64);
+    loop {
+        let batch = sock
+            .recv_batch(Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        let now = clock.now();
+        if batch.is_empty() {
+            if first.is_some() && now.saturating_duration_since(last) >= idle {
+                break;
+            }
+            continue;
+        }
+        first.get_or_insert(now);
+        last = now;
+        n += batch.len() as u64;
+        bytes += batch.bytes() as u64;
+    }
+    let secs = first.map_or(0.0, |f| last.saturating_duration_since(f).as_secs_f64());
+    let drops = sock
+        .socket_drops_now()
+        .unwrap_or(0)
+        .max(sock.socket_drops());
+    println!(
+        "{{\"side\":\"sink\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"socket_drops\":{drops},\"rcvbuf\":{}}}",
+        mbps(bytes, secs),
+        sock.setup().rcvbuf
+    );
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! `diodon stats`: every kernel measuring point of one host in one view, once
+//! or every `--watch SECS` as deltas (see `diodon_lab::stats`).
+//!
+//! ```text
+//!  snapshot ─► print (absolute) ─► sleep SECS ─► snapshot ─► print delta ─► ...
+//! ```
+
+use crate::Fatal;
+use clap::Args;
+use diodon_lab::guard;
+use diodon_lab::stats::{Snapshot, Target};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `diodon stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Network namespace (`ip netns` name); default: this one.
+    #[arg(long)]
+    pub ns: Option<String>,
+    /// Interface whose link counters to show.
+    #[arg(long = "if", value_name = "IF")]
+    pub iface: Option<String>,
+    /// Print deltas every SECS seconds (until interrupted, or --count times).
+    #[arg(long, value_name = "SECS")]
+    pub watch: Option<f64>,
+    /// With --watch: stop after this many deltas.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Guard table whose counters to include.
+    #[arg(long, default_value = guard::DEFAULT_TABLE)]
+    pub table: String,
+    /// One JSON object per snapshot / delta.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn show(s: &Snapshot, kind: &str, json: bool) {
+    if json {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        v["kind"] = serde_json::json!(kind);
+        println!("{v}");
+    } else {
+        println!("== {kind}");
+        print!("{}", s.text());
+    }
+}
+
+/// Runs `diodon stats`. Exit 0, or 3 when a counter cannot be read.
+pub fn run(a: &StatsArgs) -> Result<u8, Fatal> {
+    let t = Target {
+        ns: a.ns.clone(),
+        iface: a.iface.clone(),
+        guard_table: a.table.clone(),
+    };
+    let read = || Snapshot::read(&t).map_err(|e| Fatal(crate::EXIT_IO, e.into()));
+    let mut last = read()?;
+    show(&last, "snapshot", a.json);
+    let Some(secs) = a.watch else {
+        return Ok(0);
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(Fatal(
+            crate::EXIT_CONFIG,
+            anyhow::anyhow!("--watch needs a positive number of seconds"),
+        ));
+    }
+    let stop = crate::stop_flag();
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) && a.count.is_none_or(|c| n < c) {
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        let now = read()?;
+        show(&now.delta(&last), "delta", a.json);
+        last = now;
+        n += 1;
+    }
+    Ok(0)
+}

@@ -1,0 +1,115 @@
+//! `diodon trial PLAN.toml`: the packet-loss thesis's experiment as a tool
+//! (see `diodon_lab::trial` and `diodon_lab::report`).
+//!
+//! ```text
+//!  plan ─► diodon_lab::trial::run (testbed, guards, rmem, trials) ─► rows
+//!       ─► diodon_lab::report::write_all ─► CSV, testresults.txt, summary.txt, PNG
+//! ```
+
+use crate::Fatal;
+use clap::Args;
+use diodon_lab::plan::Plan;
+use diodon_lab::report;
+use diodon_lab::trial::{self, RunOptions, TrialError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// `diodon trial`.
+#[derive(Debug, Args)]
+pub struct TrialArgs {
+    /// The plan (TOML).
+    pub plan: PathBuf,
+    /// Output directory (default: results/<plan file stem>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// `scripts/testbed.sh` (default: `$DIODON_TESTBED`, `./scripts/testbed.sh`,
+    /// or next to the binary's source tree).
+    #[arg(long)]
+    pub testbed: Option<PathBuf>,
+    /// Testbed name (namespaces NAME-tx / NAME-rx). Default: dtr<pid>.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// No per-trial progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn find_testbed(given: Option<&Path>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_owned();
+    }
+    if let Some(p) = std::env::var_os("DIODON_TESTBED") {
+        return PathBuf::from(p);
+    }
+    let here = PathBuf::from("scripts/testbed.sh");
+    if here.is_file() {
+        return here;
+    }
+    // target/<profile>/diodon → <tree>/scripts/testbed.sh
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| {
+            e.ancestors()
+                .map(|a| a.join("scripts/testbed.sh"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or(here)
+}
+
+/// A flag set by SIGINT/SIGTERM. Unlike the transfer commands, a second
+/// signal does not exit at once: the harness must still kill its children,
+/// restore `net.core.rmem_*` and take the testbed down.
+fn stop_on_signal() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let _ = ctrlc::set_handler(move || {
+        eprintln!("diodon: stopping the trial run, restoring the system");
+        s.store(true, Ordering::SeqCst);
+    });
+    stop
+}
+
+/// Runs `diodon trial`. Exit: 0 all trials ran (whatever their outcome);
+/// 2 bad plan; 3 the harness itself failed; 130 interrupted.
+pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
+    let plan = Plan::load(&a.plan).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+    let stem = a
+        .plan
+        .file_stem()
+        .map_or_else(|| "trial".into(), |s| s.to_string_lossy().into_owned());
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("results").join(stem));
+    let opts = RunOptions {
+        diodon_bin: std::env::current_exe().map_err(|e| Fatal(crate::EXIT_IO, e.into()))?,
+        testbed_script: find_testbed(a.testbed.as_deref()),
+        out_dir: out.clone(),
+        testbed_name: a
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("dtr{}", std::process::id())),
+        stop: stop_on_signal(),
+        verbose: !a.quiet,
+    };
+    let rows = match trial::run(&plan, &opts) {
+        Ok(rows) => rows,
+        Err(TrialError::Interrupted) => {
+            eprintln!("diodon: trial interrupted; rmem and testbed restored");
+            return Ok(130);
+        }
+        Err(e @ TrialError::Plan(_)) => return Err(Fatal(crate::EXIT_CONFIG, e.into())),
+        Err(e) => return Err(Fatal(crate::EXIT_IO, e.into())),
+    };
+    std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    let copy = out.join("plan.toml");
+    // Never copy the plan onto itself (that would truncate it).
+    if std::fs::canonicalize(&a.plan).ok() != std::fs::canonicalize(&copy).ok() {
+        let _ = std::fs::copy(&a.plan, &copy);
+    }
+    report::write_all(&out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    print!("{}", report::summary(&report::cells(&rows)));
+    eprintln!("diodon: results in {}", out.display());
+    Ok(0)
+}

@@ -1,0 +1,143 @@
+//! `--metrics ADDR` on both sides, scraped during a transfer over loopback
+//! (no namespaces, no root needed).
+//!
+//! ```text
+//!  diodon recv --metrics A ◄── UDP 127.0.0.1 ── diodon send --metrics B
+//!        ▲ GET /metrics (twice, during the transfer)      ▲
+//!        └──────────────── this test ─────────────────────┘
+//! ```
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_diodon");
+
+fn free_tcp() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+fn free_udp() -> String {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().to_string()
+}
+
+/// `name{labels}` → value of every sample of a scrape.
+fn scrape(addr: &str) -> HashMap<String, u64> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_owned(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Scrapes `addr` until it answers (the process is starting).
+fn scrape_when_up(addr: &str) -> HashMap<String, u64> {
+    for _ in 0..50 {
+        if TcpStream::connect(addr).is_ok() {
+            return scrape(addr);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no metrics server on {addr}");
+}
+
+#[test]
+fn metrics_are_served_and_move_during_a_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("m.bin");
+    std::fs::write(&src, vec![0x5a_u8; 40_000_000]).unwrap();
+    let udp = free_udp();
+    let (rx_m, tx_m) = (free_tcp(), free_tcp());
+    let mut rx = Command::new(BIN)
+        .args([
+            "recv",
+            "--listen",
+            &udp,
+            "--once",
+            "--json",
+            "--metrics",
+            &rx_m,
+        ])
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let r0 = scrape_when_up(&rx_m);
+    // 40 MB at 200 Mbit/s: about 1.8 s, long enough to scrape twice.
+    let mut tx = Command::new(BIN)
+        .args([
+            "send",
+            "--to",
+            &udp,
+            "--rate",
+            "200mbit",
+            "--metrics",
+            &tx_m,
+        ])
+        .arg(&src)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t1 = scrape_when_up(&tx_m);
+    std::thread::sleep(Duration::from_millis(600));
+    let (t2, r2) = (scrape(&tx_m), scrape(&rx_m));
+    assert!(tx.wait().unwrap().success());
+    assert!(rx.wait().unwrap().success());
+
+    for name in [
+        "diodon_sender_datagrams_sent_total",
+        "diodon_sender_bytes_accepted_total",
+        "diodon_sender_socket_enobufs_retries_total",
+        "diodon_kernel_udp_out_datagrams_total",
+        "diodon_kernel_udp_sndbuf_errors_total",
+        "diodon_link_tx_dropped_total{interface=\"lo\"}",
+        "diodon_interface_in_use{interface=\"lo\"}",
+    ] {
+        assert!(t2.contains_key(name), "sender lacks {name}");
+    }
+    for name in [
+        "diodon_receiver_datagrams_total",
+        "diodon_receiver_missing_total",
+        "diodon_receiver_socket_drops_total",
+        "diodon_kernel_udp_in_datagrams_total",
+        "diodon_kernel_udp_in_errors_total",
+        "diodon_kernel_udp_rcvbuf_errors_total",
+        "diodon_kernel_udp_sndbuf_errors_total",
+        "diodon_kernel_udp_in_csum_errors_total",
+        "diodon_link_rx_dropped_total{interface=\"lo\"}",
+        "diodon_link_rx_errors_total{interface=\"lo\"}",
+        "diodon_link_tx_errors_total{interface=\"lo\"}",
+    ] {
+        assert!(r2.contains_key(name), "receiver lacks {name}");
+    }
+    let moved = |a: &HashMap<String, u64>, b: &HashMap<String, u64>, k: &str| {
+        assert!(b[k] > a[k], "{k} did not move: {} -> {}", a[k], b[k]);
+    };
+    moved(&t1, &t2, "diodon_sender_datagrams_sent_total");
+    moved(&t1, &t2, "diodon_sender_bytes_accepted_total");
+    moved(&t1, &t2, "diodon_kernel_udp_out_datagrams_total");
+    moved(&r0, &r2, "diodon_receiver_datagrams_total");
+    moved(&r0, &r2, "diodon_receiver_socket_datagrams_total");
+    moved(&r0, &r2, "diodon_kernel_udp_in_datagrams_total");
+    moved(&r0, &r2, "diodon_link_rx_packets_total{interface=\"lo\"}");
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# bench-deltat.sh — Delta-t vs Linux TCP under delay and loss (delta-t thesis, chapter 5).
+#
+#   ${TB}-tx (sender)                                          ${TB}-rx (receiver)
+#   dt0 10.78.0.1 ──IP──▶ diodon relay --tun dt0 (delay RTT/2 each way,  ──IP──▶ dt0 10.78.0.2
+#                 ◀──IP── loss on the data direction only, seeded)      ◀──IP──
+#   (the namespaces come from scripts/testbed.sh up --bidirectional: veth, no one-way guard)
+#
+# This kernel has no sch_netem, so delay and loss are applied by a user-space
+# relay between two TUN devices: every IP packet of either protocol crosses the
+# same impaired link (TCP and Delta-t-over-UDP alike). As in the thesis (netem
+# on one interface), loss hits only the sender→receiver direction; the delay is
+# split evenly so the round trip equals the nominal RTT.
+#
+# Both transports run the same application (`diodon deltat send/recv`, with and
+# without --tcp): 12-byte header, the file, a BLAKE3 digest, a verdict byte back.
+# Throughput = file size / (first byte written → verdict read at the sender).
+#
+# TCP uses the Linux defaults (CUBIC, SACK, window scaling, receive buffer
+# auto-tuning). The thesis turned window scaling, buffer auto-tuning, SACK, DSACK
+# and F-RTO off to match its Delta-t; we don't, because the goal is to compare
+# with TCP as deployed. Scenario 1 also reports a "tcp-thesis" column with the
+# thesis's sysctls (set inside the namespaces only) for comparison with its table.
+#
+# Usage: scripts/bench-deltat.sh [--quick]
+# Environment: DIODON_TB (default dtbench), BIN (default: build target/release/diodon),
+#   SIZE1_MB (scenario 1, default 5), SIZE_LOSS_MB (scenarios 2 and 3, default 2),
+#   TIMEOUT (seconds per transfer, default 240), OUT (CSV, default bench-deltat.csv).
+# Needs root. Prints CSV rows and a Markdown table.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+export DIODON_TB="${DIODON_TB:-dtbench}"
+TB=$DIODON_TB
+NS_TX="$TB-tx"
+NS_RX="$TB-rx"
+SIZE1_MB=${SIZE1_MB:-5}
+SIZE_LOSS_MB=${SIZE_LOSS_MB:-2}
+TIMEOUT=${TIMEOUT:-240}
+OUT=${OUT:-bench-deltat.csv}
+QUICK=no
+[[ ${1:-} == --quick ]] && QUICK=yes
+
+[[ $(id -u) -eq 0 ]] || { echo "bench-deltat: must run as root" >&2; exit 1; }
+
+if [[ -z ${BIN:-} ]]; then
+    cargo build --release -q -p diodon
+    BIN="${CARGO_TARGET_DIR:-target}/release/diodon"
+fi
+BIN=$(realpath "$BIN")
+
+WORK=$(mktemp -d)
+RELAY_PID=""
+cleanup() {
+    if [[ -n $RELAY_PID ]]; then
+        kill -INT "$RELAY_PID" 2>/dev/null || true
+        wait "$RELAY_PID" 2>/dev/null || true
+    fi
+    scripts/testbed.sh down || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+scripts/testbed.sh up --bidirectional >/dev/null
+
+head -c $((SIZE1_MB * 1000000)) /dev/urandom >"$WORK/s1.bin"
+head -c $((SIZE_LOSS_MB * 1000000)) /dev/urandom >"$WORK/loss.bin"
+
+relay_start() { # rtt_ms loss_pct seed
+    local half
+    half=$(awk -v r="$1" 'BEGIN { printf "%.3fms", r / 2 }')
+    "$BIN" relay --tun dt0 --ns-a "$NS_TX" --ns-b "$NS_RX" --delay "$half" \
+        --loss "$2" --reverse-loss 0 --seed "$3" 2>>"$WORK/relay.log" &
+    RELAY_PID=$!
+    local i
+    for i in $(seq 50); do
+        if ip -n "$NS_TX" link show dt0 >/dev/null 2>&1 && ip -n "$NS_RX" link show dt0 >/dev/null 2>&1; then
+            break
+        fi
+        sleep 0.1
+    done
+    ip -n "$NS_TX" addr add 10.78.0.1 peer 10.78.0.2 dev dt0
+    ip -n "$NS_RX" addr add 10.78.0.2 peer 10.78.0.1 dev dt0
+    ip -n "$NS_TX" link set dt0 up
+    ip -n "$NS_RX" link set dt0 up
+}
+
+relay_stop() {
+    kill -INT "$RELAY_PID"
+    wait "$RELAY_PID" || true
+    RELAY_PID=""
+}
+
+thesis_tcp() { # on|off
+    local v=0
+    [[ $1 == off ]] && v=1
+    local ns
+    for ns in "$NS_TX" "$NS_RX"; do
+        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_window_scaling=$v net.ipv4.tcp_moderate_rcvbuf=$v \
+            net.ipv4.tcp_sack=$v net.ipv4.tcp_dsack=$v net.ipv4.tcp_frto=$((v * 2))
+    done
+}
+
+PORT=9500
+# transfer proto file -> prints Mbit/s, or "fail"
+transfer() {
+    local proto=$1 file=$2 flag=""
+    [[ $proto != deltat ]] && flag=--tcp
+    PORT=$((PORT + 1))
+    timeout "$((TIMEOUT + 20))" ip netns exec "$NS_RX" "$BIN" deltat recv $flag --timeout "$TIMEOUT" \
+        --listen "10.78.0.2:$PORT" --out "$WORK/out.bin" >"$WORK/recv.json" 2>>"$WORK/recv.log" &
+    local rpid=$!
+    sleep 0.3
+    local line rc=0
+    line=$(timeout "$TIMEOUT" ip netns exec "$NS_TX" "$BIN" deltat send $flag --timeout "$TIMEOUT" \
+        "$file" --to "10.78.0.2:$PORT" 2>>"$WORK/send.log") || rc=$?
+    wait "$rpid" || rc=$((rc ? rc : 10))
+    if [[ $rc -eq 0 ]] && cmp -s "$file" "$WORK/out.bin" && [[ $line == *'"verified":true'* ]]; then
+        sed -E 's/.*"mbit_s":([0-9.]+).*/\1/' <<<"$line"
+    else
+        echo fail
+    fi
+    rm -f "$WORK/out.bin"
+}
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+
+echo "scenario,rtt_ms,loss_pct,size_mb,deltat_mbit_s,tcp_mbit_s,ratio,tcp_thesis_mbit_s,ratio_thesis" >"$OUT"
+ROWS=()
+point() { # scenario rtt loss file size_mb thesis(yes|no)
+    local sc=$1 rtt=$2 loss=$3 file=$4 size=$5 thesis=$6 seed=$((1000 + ${#ROWS[@]}))
+    relay_start "$rtt" "$loss" "$seed"
+    local d t th="-" rt="-"
+    d=$(transfer deltat "$file")
+    t=$(transfer tcp "$file")
+    if [[ $thesis == yes ]]; then
+        thesis_tcp on
+        th=$(transfer tcp "$file")
+        thesis_tcp off
+        rt=$(ratio "$d" "$th")
+    fi
+    relay_stop
+    local r
+    r=$(ratio "$d" "$t")
+    echo "$sc,$rtt,$loss,$size,$d,$t,$r,$th,$rt" | tee -a "$OUT"
+    ROWS+=("| $sc | $rtt | $loss | $size | $d | $t | **$r** | $th | $rt |")
+}
+
+if [[ $QUICK == yes ]]; then
+    S1_RTT="50 200"; S2_RTT="50"; S3_LOSS="0 20"
+else
+    S1_RTT="50 100 200 500"; S2_RTT="50 100 200"; S3_LOSS="0 1 2 5 10 20"
+fi
+for rtt in $S1_RTT; do point 1 "$rtt" 0 "$WORK/s1.bin" "$SIZE1_MB" yes; done
+for rtt in $S2_RTT; do point 2 "$rtt" 5 "$WORK/loss.bin" "$SIZE_LOSS_MB" no; done
+for loss in $S3_LOSS; do point 3 50 "$loss" "$WORK/loss.bin" "$SIZE_LOSS_MB" no; done
+
+echo
+echo "| scenario | RTT ms | loss % | MB | Delta-t Mbit/s | TCP Mbit/s | Delta-t/TCP | TCP (thesis sysctls) Mbit/s | Delta-t/TCP-thesis |"
+echo "|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}"
+echo
+echo "relay counters (per point, forward = data direction):"
+grep 'relay forward' "$WORK/relay.log" | sed 's/^diodon: /  /'
