@@ -134,6 +134,26 @@ pub struct ChannelOutcome {
     pub verdict: Verdict,
 }
 
+impl ChannelOutcome {
+    /// The outcome of channel `key`, delivered to `location`.
+    pub fn new(
+        key: ChannelKey,
+        name: String,
+        bytes: u64,
+        location: &str,
+        verdict: Verdict,
+    ) -> Self {
+        ChannelOutcome {
+            session: key.session.to_string(),
+            channel: key.channel.0,
+            name,
+            bytes,
+            location: location.to_owned(),
+            verdict,
+        }
+    }
+}
+
 /// Where channel bytes go; runs on the writer thread.
 pub trait Sink: Send + 'static {
     /// Decides on the decoder thread whether a channel is acceptable (names,

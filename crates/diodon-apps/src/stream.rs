@@ -154,7 +154,7 @@ impl Sink for StdoutSink {
             SinkEvent::Complete { key, bytes, digest } => {
                 let name = self.take(key);
                 let flushed = io::stdout().flush();
-                Ok(Some(outcome(
+                Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     bytes,
@@ -171,7 +171,7 @@ impl Sink for StdoutSink {
             }
             SinkEvent::Failed { key, reason } => {
                 let name = self.take(key);
-                Ok(Some(outcome(
+                Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     0,
@@ -192,23 +192,6 @@ impl StdoutSink {
         } else {
             format!("channel {key}")
         }
-    }
-}
-
-fn outcome(
-    key: ChannelKey,
-    name: String,
-    bytes: u64,
-    location: &str,
-    verdict: Verdict,
-) -> ChannelOutcome {
-    ChannelOutcome {
-        session: key.session.to_string(),
-        channel: key.channel.0,
-        name,
-        bytes,
-        location: location.to_owned(),
-        verdict,
     }
 }
 
@@ -275,7 +258,7 @@ impl Sink for TcpSink {
                 if let Some(s) = s {
                     let _ = s.shutdown(Shutdown::Write);
                 }
-                Ok(Some(outcome(
+                Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     bytes,
@@ -292,7 +275,7 @@ impl Sink for TcpSink {
                     let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
                     drop(s);
                 }
-                Ok(Some(outcome(
+                Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     n,

@@ -309,7 +309,7 @@ impl Sink for UdpForwardSink {
                         reason: format!("stream ends inside a record ({partial} bytes left)"),
                     }
                 };
-                Ok(Some(outcome(key, name, bytes, &dest, verdict)))
+                Ok(Some(ChannelOutcome::new(key, name, bytes, &dest, verdict)))
             }
             SinkEvent::Failed { key, reason } => {
                 let (name, bytes) = self
@@ -317,7 +317,7 @@ impl Sink for UdpForwardSink {
                     .remove(&key)
                     .map(|f| (f.name, f.bytes))
                     .unwrap_or_default();
-                Ok(Some(outcome(
+                Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     bytes,
@@ -328,23 +328,6 @@ impl Sink for UdpForwardSink {
                 )))
             }
         }
-    }
-}
-
-fn outcome(
-    key: ChannelKey,
-    name: String,
-    bytes: u64,
-    location: &str,
-    verdict: Verdict,
-) -> ChannelOutcome {
-    ChannelOutcome {
-        session: key.session.to_string(),
-        channel: key.channel.0,
-        name,
-        bytes,
-        location: location.to_owned(),
-        verdict,
     }
 }
 
