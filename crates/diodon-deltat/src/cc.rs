@@ -1,13 +1,17 @@
-//! Congestion control behind a trait, with `NewReno` (RFC 5681 slow start and
-//! congestion avoidance, RFC 6582 fast recovery driven by the connection).
+//! Congestion control behind a trait: `NewReno` (RFC 5681 slow start and
+//! congestion avoidance; fast recovery is driven by the connection), `Cubic`
+//! (RFC 9438, the Linux default) and `Unlimited` (the thesis implementation).
 //!
 //! ```text
-//!   ack ──▶ on_ack ──┐            3 dup acks ──▶ on_congestion_event ──▶ ssthresh = flight/2
+//!   ack ──▶ on_ack ──┐       loss (dup acks / SACK) ──▶ on_congestion_event ──▶ ssthresh = β·flight
 //!                    ▼                          RTO ──▶ on_retransmission_timeout ──▶ cwnd = 1 MSS
-//!   cwnd < ssthresh: +acked (slow start)  else +MSS·MSS/cwnd (avoidance)
+//!   cwnd < ssthresh: +acked (slow start)  else avoidance:
+//!       NewReno  +MSS per cwnd acked (β = 1/2)
+//!       CUBIC    toward W(t) = C·(t − K)³ + W_max, never below the Reno-friendly estimate (β = 0.7)
 //! ```
 
 use std::fmt;
+use std::time::Duration;
 
 use diodon_proto::Timestamp;
 
@@ -16,8 +20,9 @@ use diodon_proto::Timestamp;
 pub trait CongestionControl: fmt::Debug + Send {
     /// Bytes allowed in flight.
     fn window(&self) -> usize;
-    /// `acked` new bytes were cumulatively acknowledged (outside recovery).
-    fn on_ack(&mut self, now: Timestamp, acked: usize);
+    /// `acked` new bytes were cumulatively acknowledged (outside recovery);
+    /// `srtt` is the smoothed round-trip time once there is a sample.
+    fn on_ack(&mut self, now: Timestamp, acked: usize, srtt: Option<Duration>);
     /// Loss detected by duplicate acks; entering fast recovery.
     fn on_congestion_event(&mut self, now: Timestamp, bytes_in_flight: usize);
     /// Fast recovery finished (the recovery point was acked).
@@ -52,7 +57,7 @@ impl CongestionControl for NewReno {
         self.cwnd
     }
 
-    fn on_ack(&mut self, _now: Timestamp, acked: usize) {
+    fn on_ack(&mut self, _now: Timestamp, acked: usize, _srtt: Option<Duration>) {
         if self.cwnd < self.ssthresh {
             self.cwnd += acked.min(self.mss);
         } else {
@@ -81,6 +86,118 @@ impl CongestionControl for NewReno {
     }
 }
 
+/// RFC 9438 CUBIC: window growth as a cubic function of the time since the
+/// last congestion event, independent of the RTT, with a Reno-friendly floor
+/// and fast convergence. Slow start is RFC 5681's (no `HyStart`).
+#[derive(Debug, Clone)]
+pub struct Cubic {
+    mss: usize,
+    cwnd: usize,
+    ssthresh: usize,
+    /// Window (segments) just before the last reduction.
+    w_max: f64,
+    /// Previous `w_max`, for fast convergence.
+    w_last_max: f64,
+    /// Start of the current avoidance epoch and its `K` (seconds).
+    epoch: Option<(Timestamp, f64)>,
+    /// Reno-friendly estimate (segments).
+    w_est: f64,
+}
+
+/// CUBIC's scaling constant C (segments / s³).
+const CUBIC_C: f64 = 0.4;
+/// CUBIC's multiplicative decrease factor β.
+const CUBIC_BETA: f64 = 0.7;
+
+impl Cubic {
+    /// Initial window of `initial_segments` segments of `mss` bytes.
+    pub fn new(mss: usize, initial_segments: usize) -> Cubic {
+        Cubic {
+            mss,
+            cwnd: mss * initial_segments.max(1),
+            ssthresh: usize::MAX,
+            w_max: 0.0,
+            w_last_max: 0.0,
+            epoch: None,
+            w_est: 0.0,
+        }
+    }
+
+    fn segments(&self, bytes: usize) -> f64 {
+        bytes as f64 / self.mss as f64
+    }
+
+    fn reduce(&mut self, bytes_in_flight: usize) {
+        let cwnd_seg = self.segments(self.cwnd);
+        // Fast convergence: release bandwidth to newer flows.
+        self.w_max = if cwnd_seg < self.w_last_max {
+            cwnd_seg * (1.0 + CUBIC_BETA) / 2.0
+        } else {
+            cwnd_seg
+        };
+        self.w_last_max = cwnd_seg;
+        let base = bytes_in_flight.max(self.mss);
+        self.ssthresh = ((base as f64 * CUBIC_BETA) as usize).max(2 * self.mss);
+        self.epoch = None;
+    }
+}
+
+impl CongestionControl for Cubic {
+    fn window(&self) -> usize {
+        self.cwnd
+    }
+
+    fn on_ack(&mut self, now: Timestamp, acked: usize, srtt: Option<Duration>) {
+        if self.cwnd < self.ssthresh {
+            self.cwnd += acked.min(self.mss);
+            return;
+        }
+        let cwnd_seg = self.segments(self.cwnd);
+        let (start, k) = *self.epoch.get_or_insert_with(|| {
+            let k = if self.w_max > cwnd_seg {
+                ((self.w_max - cwnd_seg) / CUBIC_C).cbrt()
+            } else {
+                0.0
+            };
+            (now, k)
+        });
+        if self.w_max < cwnd_seg {
+            self.w_max = cwnd_seg;
+        }
+        if self.w_est < 1.0 {
+            self.w_est = cwnd_seg;
+        }
+        let rtt = srtt.unwrap_or(Duration::from_millis(100)).as_secs_f64();
+        let t = now.saturating_duration_since(start).as_secs_f64() + rtt;
+        let target = (CUBIC_C * (t - k).powi(3) + self.w_max).clamp(cwnd_seg, 1.5 * cwnd_seg);
+        let acked_seg = self.segments(acked);
+        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        self.w_est += alpha * acked_seg / cwnd_seg;
+        let grow_seg = if target < self.w_est {
+            self.w_est - cwnd_seg
+        } else {
+            (target - cwnd_seg) / cwnd_seg * acked_seg
+        };
+        self.cwnd += (grow_seg.max(0.0) * self.mss as f64) as usize;
+    }
+
+    fn on_congestion_event(&mut self, _now: Timestamp, bytes_in_flight: usize) {
+        self.reduce(bytes_in_flight);
+        self.cwnd = self.ssthresh;
+        self.w_est = self.segments(self.cwnd);
+    }
+
+    fn on_recovery_end(&mut self, _now: Timestamp) {
+        self.cwnd = self.ssthresh.max(self.mss);
+    }
+
+    fn on_retransmission_timeout(&mut self, _now: Timestamp, bytes_in_flight: usize) {
+        self.reduce(bytes_in_flight);
+        self.cwnd = self.mss;
+        self.w_est = 0.0;
+    }
+}
+
 /// No congestion control: an unbounded window.
 #[derive(Debug, Clone, Default)]
 pub struct Unlimited;
@@ -89,7 +206,7 @@ impl CongestionControl for Unlimited {
     fn window(&self) -> usize {
         usize::MAX
     }
-    fn on_ack(&mut self, _now: Timestamp, _acked: usize) {}
+    fn on_ack(&mut self, _now: Timestamp, _acked: usize, _srtt: Option<Duration>) {}
     fn on_congestion_event(&mut self, _now: Timestamp, _bytes_in_flight: usize) {}
     fn on_recovery_end(&mut self, _now: Timestamp) {}
     fn on_retransmission_timeout(&mut self, _now: Timestamp, _bytes_in_flight: usize) {}
@@ -105,18 +222,65 @@ mod tests {
         let mut cc = NewReno::new(1000, 4);
         assert_eq!(cc.window(), 4000);
         for _ in 0..4 {
-            cc.on_ack(t, 1000);
+            cc.on_ack(t, 1000, None);
         }
         assert_eq!(cc.window(), 8000, "slow start doubles per RTT");
         cc.on_congestion_event(t, 8000);
         assert_eq!(cc.window(), 4000);
-        cc.on_ack(t, 1000);
-        cc.on_ack(t, 1000);
-        cc.on_ack(t, 1000);
+        cc.on_ack(t, 1000, None);
+        cc.on_ack(t, 1000, None);
+        cc.on_ack(t, 1000, None);
         assert_eq!(cc.window(), 4000, "avoidance grows by one MSS per window");
-        cc.on_ack(t, 1000);
+        cc.on_ack(t, 1000, None);
         assert_eq!(cc.window(), 5000);
         cc.on_retransmission_timeout(t, 5000);
+        assert_eq!(cc.window(), 1000);
+    }
+
+    /// Acks a full window per RTT for `rtts` round trips; returns cwnd (segments).
+    fn run_cubic(cc: &mut Cubic, start: Timestamp, rtt: Duration, rtts: u32) -> usize {
+        let mut now = start;
+        for _ in 0..rtts {
+            let segs = cc.window() / 1000;
+            for _ in 0..segs {
+                cc.on_ack(now, 1000, Some(rtt));
+            }
+            now += rtt;
+        }
+        cc.window() / 1000
+    }
+
+    #[test]
+    fn cubic_reduces_by_beta_and_regrows_to_w_max_around_k() {
+        let t0 = Timestamp::ZERO;
+        let rtt = Duration::from_millis(100);
+        let mut cc = Cubic::new(1000, 10);
+        for _ in 0..90 {
+            cc.on_ack(t0, 1000, Some(rtt));
+        }
+        assert_eq!(cc.window(), 100_000, "slow start");
+        cc.on_congestion_event(t0, 100_000);
+        assert_eq!(cc.window(), 70_000, "β = 0.7");
+        cc.on_recovery_end(t0);
+        // K = cbrt(100·0.3/0.4) ≈ 4.2 s: concave growth back to W_max = 100.
+        let at_2s = run_cubic(&mut cc, t0, rtt, 20);
+        assert!((85..100).contains(&at_2s), "concave phase: {at_2s}");
+        let at_5s = run_cubic(&mut cc, t0 + Duration::from_secs(2), rtt, 30);
+        assert!((99..=115).contains(&at_5s), "plateau near W_max: {at_5s}");
+        let at_9s = run_cubic(&mut cc, t0 + Duration::from_secs(5), rtt, 40);
+        assert!(at_9s > 140, "convex probing beyond W_max: {at_9s}");
+    }
+
+    #[test]
+    fn cubic_fast_convergence_and_rto() {
+        let t0 = Timestamp::ZERO;
+        let mut cc = Cubic::new(1000, 100);
+        cc.on_congestion_event(t0, 100_000);
+        assert!((cc.w_max - 100.0).abs() < 1e-9);
+        cc.on_congestion_event(t0, 70_000);
+        // Second loss below the previous maximum: W_max = 70·(1+β)/2 = 59.5.
+        assert!((cc.w_max - 59.5).abs() < 1e-9, "{}", cc.w_max);
+        cc.on_retransmission_timeout(t0, 49_000);
         assert_eq!(cc.window(), 1000);
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use diodon_proto::Timestamp;
 
-use crate::wire::{Deadline, Lifetime, HEADER_LEN, MAX_SEGMENT_LEN};
+use crate::wire::{Deadline, Lifetime, HEADER_LEN, MAX_SCALED_WINDOW, MAX_SEGMENT_LEN};
 
 /// Which congestion controller a connection uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,6 +20,8 @@ pub enum CongestionAlgorithm {
     /// RFC 5681 / RFC 6582 `NewReno`.
     #[default]
     NewReno,
+    /// RFC 9438 CUBIC (the Linux default).
+    Cubic,
     /// No congestion control (the thesis implementation): only the peer's
     /// window limits the sender.
     Unlimited,
@@ -38,7 +40,9 @@ pub struct Config {
     pub max_payload: usize,
     /// Bytes the send buffer holds (unacked + unsent).
     pub send_buffer: usize,
-    /// Receive buffer (also the largest advertised window), ≤ 65 535.
+    /// Receive buffer (also the largest advertised window). Up to 65 535 the
+    /// window field counts octets (the thesis header); above it, up to
+    /// 16 MiB, segments carry the `W` flag and the field counts 256 octets.
     pub recv_buffer: usize,
     /// RTO before the first RTT sample (RFC 6298: 1 s).
     pub initial_rto: Duration,
@@ -59,6 +63,8 @@ pub struct Config {
     pub congestion: CongestionAlgorithm,
     /// Initial congestion window in segments.
     pub initial_window_segments: usize,
+    /// Send SACK blocks in acks (the sender always uses those it receives).
+    pub sack: bool,
 }
 
 impl Default for Config {
@@ -68,8 +74,8 @@ impl Default for Config {
             max_retransmit_time: Duration::from_secs(24),
             max_ack_delay: Duration::from_secs(2),
             max_payload: 1200,
-            send_buffer: 256 * 1024,
-            recv_buffer: 65_535,
+            send_buffer: 8 << 20,
+            recv_buffer: 4 << 20,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(8),
@@ -77,8 +83,9 @@ impl Default for Config {
             initial_sn: 0,
             backlog: 16,
             dup_ack_threshold: 3,
-            congestion: CongestionAlgorithm::NewReno,
-            initial_window_segments: 4,
+            congestion: CongestionAlgorithm::Cubic,
+            initial_window_segments: 10,
+            sack: true,
         }
     }
 }
@@ -95,8 +102,8 @@ pub enum ConfigError {
     /// Payload size out of range.
     #[error("max_payload {0} must be 1..={max}", max = MAX_SEGMENT_LEN - HEADER_LEN)]
     Payload(usize),
-    /// Receive buffer must fit the 16-bit window and hold at least one octet.
-    #[error("recv_buffer {0} must be 1..=65535")]
+    /// Receive buffer must fit the (scaled) 16-bit window and hold at least one octet.
+    #[error("recv_buffer {0} must be 1..={MAX_SCALED_WINDOW}")]
     RecvBuffer(usize),
     /// Send buffer must hold at least one octet.
     #[error("send_buffer must be non-zero")]
@@ -128,7 +135,7 @@ impl Settings {
         if cfg.max_payload == 0 || cfg.max_payload > MAX_SEGMENT_LEN - HEADER_LEN {
             return Err(ConfigError::Payload(cfg.max_payload));
         }
-        if cfg.recv_buffer == 0 || cfg.recv_buffer > usize::from(u16::MAX) {
+        if cfg.recv_buffer == 0 || cfg.recv_buffer > MAX_SCALED_WINDOW {
             return Err(ConfigError::RecvBuffer(cfg.recv_buffer));
         }
         if cfg.send_buffer == 0 {
@@ -138,6 +145,11 @@ impl Settings {
             return Err(ConfigError::Rto);
         }
         Ok(Settings { cfg, delta_t })
+    }
+
+    /// Whether our advertised windows carry `W` (256-octet units).
+    pub fn scaled_window(&self) -> bool {
+        self.cfg.recv_buffer > usize::from(u16::MAX)
     }
 
     /// Stimer = 3Δt.

@@ -11,22 +11,44 @@
 //!
 //!   timers: Retransmit | ReliableAck | Stimer (3Δt, R1/R7) | Rtimer (2Δt, R3/R4)
 //! ```
+//!
+//! Loss recovery uses the receiver's SACK blocks when it sends them: a
+//! scoreboard marks segments delivered out of order; a segment is lost when
+//! `dup_ack_threshold` segments above it were delivered, or when a segment
+//! sent later (by more than srtt/8) was delivered, so several holes and lost
+//! retransmissions are repaired per round trip. Without SACK, `NewReno`
+//! (three duplicate acks, partial acks) as before.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use diodon_proto::{TimerTable, Timestamp};
 
-use crate::cc::{CongestionControl, NewReno, Unlimited};
+use crate::cc::{CongestionControl, Cubic, NewReno, Unlimited};
 use crate::config::{CongestionAlgorithm, Settings, WallClock};
 use crate::endpoint::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::rtt::RttEstimator;
 use crate::seq::Seq;
-use crate::wire::{Deadline, Flags, Lifetime, NakCode, SegmentRepr, SegmentType};
+use crate::wire::{
+    encode_sack, Deadline, Flags, Lifetime, NakCode, SegmentRepr, SegmentType, MAX_SACK_BLOCKS,
+    MAX_SCALED_WINDOW, WINDOW_SCALE_SHIFT,
+};
 
 /// SN shift applied by both ends after a rendezvous (thesis 4.2.8: the maximum
 /// window, so no SN sent before the rendezvous can reach the shifted window).
 pub const RENDEZVOUS_OFFSET: u32 = 65_535;
+/// The shift when the rendezvous's receiver advertises scaled (`W`) windows.
+pub const RENDEZVOUS_OFFSET_SCALED: u32 = MAX_SCALED_WINDOW as u32;
+
+/// The rendezvous SN shift for a receiver whose windows are (not) scaled.
+const fn rendezvous_offset(scaled: bool) -> u32 {
+    if scaled {
+        RENDEZVOUS_OFFSET_SCALED
+    } else {
+        RENDEZVOUS_OFFSET
+    }
+}
 
 #[derive(Clone, Copy)]
 enum Timer {
@@ -48,6 +70,10 @@ pub(crate) struct Ctx<'a> {
 }
 
 #[derive(Debug)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "independent scoreboard marks of one segment"
+)]
 struct Sent {
     sn: Seq,
     len: u32,
@@ -59,6 +85,15 @@ struct Sent {
     lost: bool,
     /// R2: retransmitted for R already; blocks new SNs until acked.
     exhausted: bool,
+    /// Reported held by the receiver in a SACK block.
+    sacked: bool,
+}
+
+impl Sent {
+    /// Whether the segment counts as in flight (the "pipe" of RFC 6675).
+    fn in_pipe(&self) -> bool {
+        !self.lost && !self.exhausted && !self.sacked
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,11 +120,23 @@ struct SendState {
     /// `buf[0]` has SN `una`; `[una, nxt)` sent, the rest unsent.
     buf: VecDeque<u8>,
     flight: VecDeque<Sent>,
-    /// Peer's advertised window.
+    /// Peer's advertised window, octets.
     wnd: u32,
+    /// The peer's last ack carried `W`: its rendezvous shift is the scaled one.
+    peer_scaled: bool,
     dup_acks: u32,
     recover: Option<Seq>,
     rdv: SendRdv,
+    /// Octets of `flight` in the pipe (not lost, exhausted or `SACKed`).
+    pipe: usize,
+    /// Segments of `flight` marked lost and not yet retransmitted.
+    lost_count: usize,
+    /// Segments of `flight` past their R (R2).
+    exhausted_count: usize,
+    /// The peer sends SACK blocks (`NewReno` partial-ack guessing is off).
+    sack_seen: bool,
+    /// Latest transmission time among segments known delivered (RACK's clock).
+    rack_ts: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,48 +160,101 @@ struct RecvState {
     /// False while Rtimer is zero: only a D-flagged segment is acceptable.
     valid: bool,
     nxt: Seq,
+    /// `nxt` as an unwrapped octet offset: the key space of `ooo`.
+    nxt_abs: u64,
     buf: VecDeque<u8>,
-    ooo: Vec<(Seq, Vec<u8>)>,
+    /// Out-of-order data by unwrapped offset.
+    ooo: BTreeMap<u64, Vec<u8>>,
+    ooo_len: usize,
+    /// Offset of the latest out-of-order arrival (its SACK block goes first).
+    last_ooo: Option<u64>,
+    /// Right edge of the largest window advertised since the state opened:
+    /// data up to it is accepted even when a scaled window rounds down.
+    adv_right: Seq,
+    /// The application's reads reopened a small window: tell the sender.
+    window_update_due: bool,
     /// Δt of the peer's sending direction (its lifetime field).
     deltat: Lifetime,
     rdv: RecvRdv,
 }
 
 impl RecvState {
-    fn ooo_bytes(&self) -> usize {
-        self.ooo.iter().map(|(_, d)| d.len()).sum()
+    fn clear_ooo(&mut self) {
+        self.ooo.clear();
+        self.ooo_len = 0;
+        self.last_ooo = None;
+    }
+
+    /// Starts accepting at `sn` (new data run or rendezvous shift).
+    fn open_at(&mut self, sn: Seq) {
+        self.nxt = sn;
+        self.adv_right = sn;
+        self.clear_ooo();
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.nxt = self.nxt.add(n as u32);
+        self.nxt_abs += n as u64;
     }
 
     /// Stores `bytes` at offset `off` from `nxt`; returns octets made readable.
     fn insert(&mut self, off: u32, bytes: &[u8], window: usize) -> usize {
         if off > 0 {
-            let sn = self.nxt.add(off);
-            let end = sn.add(bytes.len() as u32);
+            let start = self.nxt_abs + u64::from(off);
+            let end = start + bytes.len() as u64;
             let covered = self
                 .ooo
-                .iter()
-                .any(|(s, d)| s.diff(sn) <= 0 && s.add(d.len() as u32).diff(end) >= 0);
-            if !covered && self.ooo_bytes() + bytes.len() <= window {
-                self.ooo.push((sn, bytes.to_vec()));
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(k, d)| k + d.len() as u64 >= end);
+            if !covered && self.ooo_len + bytes.len() <= window {
+                if let Some(old) = self.ooo.insert(start, bytes.to_vec()) {
+                    self.ooo_len -= old.len();
+                }
+                self.ooo_len += bytes.len();
+                self.last_ooo = Some(start);
             }
             return 0;
         }
         let before = self.buf.len();
         self.buf.extend(bytes);
-        self.nxt = self.nxt.add(bytes.len() as u32);
-        loop {
-            let nxt = self.nxt;
-            let Some(i) = self.ooo.iter().position(|(s, _)| s.diff(nxt) <= 0) else {
+        self.advance(bytes.len());
+        while let Some(entry) = self.ooo.first_entry() {
+            let start = *entry.key();
+            if start > self.nxt_abs {
                 break;
-            };
-            let (s, d) = self.ooo.swap_remove(i);
-            let skip = nxt.diff(s) as usize;
+            }
+            let d = entry.remove();
+            self.ooo_len -= d.len();
+            let skip = usize::try_from(self.nxt_abs - start).unwrap_or(usize::MAX);
             if skip < d.len() {
                 self.buf.extend(&d[skip..]);
-                self.nxt = self.nxt.add((d.len() - skip) as u32);
+                self.advance(d.len() - skip);
             }
         }
         self.buf.len() - before
+    }
+
+    /// The out-of-order data as SACK blocks: the block of the latest arrival
+    /// first (RFC 2018), then the others from the lowest up.
+    fn sack_blocks(&self) -> Vec<(Seq, Seq)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (&start, d) in &self.ooo {
+            let end = start + d.len() as u64;
+            match ranges.last_mut() {
+                Some(r) if start <= r.1 => r.1 = r.1.max(end),
+                _ => ranges.push((start, end)),
+            }
+        }
+        if let Some(last) = self.last_ooo {
+            if let Some(i) = ranges.iter().position(|r| r.0 <= last && last < r.1) {
+                let r = ranges.remove(i);
+                ranges.insert(0, r);
+            }
+        }
+        ranges.truncate(MAX_SACK_BLOCKS);
+        let seq = |abs: u64| self.nxt.add((abs - self.nxt_abs) as u32);
+        ranges.iter().map(|&(s, e)| (seq(s), seq(e))).collect()
     }
 }
 
@@ -190,6 +290,9 @@ impl Connection {
             CongestionAlgorithm::NewReno => {
                 Box::new(NewReno::new(cfg.max_payload, cfg.initial_window_segments))
             }
+            CongestionAlgorithm::Cubic => {
+                Box::new(Cubic::new(cfg.max_payload, cfg.initial_window_segments))
+            }
             CongestionAlgorithm::Unlimited => Box::new(Unlimited),
         };
         let isn = Seq(cfg.initial_sn);
@@ -209,15 +312,26 @@ impl Connection {
                 buf: VecDeque::new(),
                 flight: VecDeque::new(),
                 wnd: u32::from(u16::MAX),
+                peer_scaled: false,
                 dup_acks: 0,
                 recover: None,
                 rdv: SendRdv::None,
+                pipe: 0,
+                lost_count: 0,
+                exhausted_count: 0,
+                sack_seen: false,
+                rack_ts: None,
             },
             rcv: RecvState {
                 valid: false,
                 nxt: Seq(0),
+                nxt_abs: 0,
                 buf: VecDeque::new(),
-                ooo: Vec::new(),
+                ooo: BTreeMap::new(),
+                ooo_len: 0,
+                last_ooo: None,
+                adv_right: Seq(0),
+                window_update_due: false,
                 deltat: s.delta_t,
                 rdv: RecvRdv::None,
             },
@@ -248,7 +362,7 @@ impl Connection {
         Ok(n)
     }
 
-    pub fn read(&mut self, out: &mut [u8]) -> Result<usize, Error> {
+    pub fn read(&mut self, out: &mut [u8], s: &Settings) -> Result<usize, Error> {
         if out.is_empty() {
             return Ok(0);
         }
@@ -261,6 +375,20 @@ impl Connection {
         let n = out.len().min(self.rcv.buf.len());
         for (dst, src) in out.iter_mut().zip(self.rcv.buf.drain(..n)) {
             *dst = src;
+        }
+        // A window that had shrunk below half the buffer (but not to zero:
+        // that is the rendezvous's job) and is now at least half open again
+        // is announced at once instead of with the next data's ack.
+        let half = s.cfg.recv_buffer / 2;
+        let advertised = usize::try_from(self.rcv.adv_right.diff(self.rcv.nxt)).unwrap_or(0);
+        let free = s.cfg.recv_buffer.saturating_sub(self.rcv.buf.len());
+        if self.rcv.valid
+            && advertised > 0
+            && advertised < half
+            && free >= half
+            && self.rcv.rdv == RecvRdv::None
+        {
+            self.rcv.window_update_due = true;
         }
         Ok(n)
     }
@@ -297,17 +425,20 @@ impl Connection {
 
     // ---- segment construction -----------------------------------------------
 
+    /// Builds a segment of ours; the window field (and `W`) is our receive window.
     #[expect(clippy::too_many_arguments, reason = "one argument per header field")]
     fn emit(
-        &self,
+        &mut self,
+        s: &Settings,
         kind: SegmentType,
         flags: Flags,
         sn: Seq,
         deadline: Deadline,
         lifetime: Lifetime,
-        window: u16,
         payload: &[u8],
     ) -> Vec<u8> {
+        let (window, scaled) = self.advertise(s);
+        let flags = flags.with(scaled);
         SegmentRepr {
             src_port: self.local_port,
             dst_port: self.remote_port,
@@ -323,22 +454,55 @@ impl Connection {
         .expect("payload bounded by the validated max_payload")
     }
 
-    fn rcv_window(&self, s: &Settings) -> u16 {
-        let free = s.cfg.recv_buffer.saturating_sub(self.rcv.buf.len());
-        u16::try_from(free).unwrap_or(u16::MAX)
+    /// Free receive buffer in octets.
+    fn rcv_free(&self, s: &Settings) -> usize {
+        s.cfg.recv_buffer.saturating_sub(self.rcv.buf.len())
     }
 
-    /// R6: an ack's lifetime is Δt (the peer's) from the moment its SN was tested.
+    /// The window to advertise now: the field and the `W` flag when scaled.
+    /// Remembers the right edge, which data is accepted up to.
+    fn advertise(&mut self, s: &Settings) -> (u16, Flags) {
+        let free = self.rcv_free(s);
+        let (field, flag, octets) = if s.scaled_window() {
+            let field = u16::try_from(free >> WINDOW_SCALE_SHIFT).unwrap_or(u16::MAX);
+            (field, Flags::W, u32::from(field) << WINDOW_SCALE_SHIFT)
+        } else {
+            let field = u16::try_from(free).unwrap_or(u16::MAX);
+            (field, Flags::NONE, u32::from(field))
+        };
+        let right = self.rcv.nxt.add(octets);
+        if self.rcv.adv_right.before(right) {
+            self.rcv.adv_right = right;
+        }
+        (field, flag)
+    }
+
+    /// Octets beyond `rcv.nxt` that are accepted: the free buffer, or the
+    /// right edge already advertised if that is further (never moves left).
+    fn accept_limit(&self, s: &Settings) -> i64 {
+        let free = i64::try_from(self.rcv_free(s)).unwrap_or(i64::MAX);
+        self.rcv.adv_right.diff(self.rcv.nxt).max(free)
+    }
+
+    /// R6: an ack's lifetime is Δt (the peer's) from the moment its SN was
+    /// tested. Carries SACK blocks when out-of-order data is held.
     fn queue_ack(&mut self, now: Timestamp, ctx: &mut Ctx<'_>, sn: Seq, flags: Flags) {
         let lifetime = self.rcv.deltat;
+        let sack = if ctx.s.cfg.sack && self.rcv.valid && !self.rcv.ooo.is_empty() {
+            let blocks = self.rcv.sack_blocks();
+            ctx.stats.sack_blocks_sent += blocks.len() as u64;
+            encode_sack(&blocks)
+        } else {
+            Vec::new()
+        };
         let seg = self.emit(
+            ctx.s,
             SegmentType::Ack,
             flags,
             sn,
             ctx.wall.deadline(now, lifetime),
             lifetime,
-            self.rcv_window(ctx.s),
-            &[],
+            &sack,
         );
         self.out.push_back(seg);
     }
@@ -371,7 +535,7 @@ impl Connection {
         }
         ctx.stats.connections_failed += 1;
         self.snd.buf.clear();
-        self.snd.flight.clear();
+        self.clear_flight();
         self.snd.nxt = self.snd.una;
         self.snd.max = self.snd.una;
         self.snd.rdv = SendRdv::None;
@@ -410,9 +574,8 @@ impl Connection {
             return false;
         }
         self.rcv.valid = true;
-        self.rcv.nxt = seg.sn;
+        self.rcv.open_at(seg.sn);
         self.rcv.deltat = seg.lifetime;
-        self.rcv.ooo.clear();
         self.rcv.rdv = RecvRdv::None;
         true
     }
@@ -436,7 +599,7 @@ impl Connection {
             self.queue_ack(now, ctx, self.rcv.nxt, Flags::NONE);
             return;
         }
-        let wnd = i64::from(self.rcv_window(ctx.s));
+        let wnd = self.accept_limit(ctx.s);
         let start = off.max(0);
         let accept_end = end.min(wnd);
         let overflow = end > wnd;
@@ -492,38 +655,145 @@ impl Connection {
         }
         ctx.stats.rendezvous_received += 1;
         self.refresh_rtimer(now, seg.lifetime);
+        self.rcv.clear_ooo();
         self.queue_ack(now, ctx, seg.sn.add(1), Flags::NONE);
-        self.rcv.nxt = seg.sn.add(RENDEZVOUS_OFFSET);
-        self.rcv.ooo.clear();
+        self.rcv
+            .open_at(seg.sn.add(rendezvous_offset(ctx.s.scaled_window())));
         self.rcv.rdv = RecvRdv::Accepted { rdv_sn: seg.sn };
     }
 
-    fn finish_rendezvous(&mut self, sn: Seq, window: u16) {
+    /// Forgets every segment in flight (overrun, rendezvous, R7, failure).
+    fn clear_flight(&mut self) {
+        self.snd.flight.clear();
+        self.snd.pipe = 0;
+        self.snd.lost_count = 0;
+        self.snd.exhausted_count = 0;
+    }
+
+    /// Recounts the pipe, lost and exhausted segments after bulk changes.
+    fn rescan(&mut self) {
+        let (mut pipe, mut lost, mut exhausted) = (0, 0, 0);
+        for f in &self.snd.flight {
+            if f.in_pipe() {
+                pipe += f.len as usize;
+            }
+            lost += usize::from(f.lost);
+            exhausted += usize::from(f.exhausted);
+        }
+        self.snd.pipe = pipe;
+        self.snd.lost_count = lost;
+        self.snd.exhausted_count = exhausted;
+    }
+
+    /// Marks `f` lost (it leaves the pipe until retransmitted).
+    fn mark_lost(snd: &mut SendState, i: usize) {
+        let f = &mut snd.flight[i];
+        if f.lost || f.exhausted || f.sacked {
+            return;
+        }
+        f.lost = true;
+        snd.pipe -= f.len as usize;
+        snd.lost_count += 1;
+    }
+
+    fn finish_rendezvous(&mut self, sn: Seq, window: u32) {
         self.snd.rdv = SendRdv::None;
         self.snd.una = sn;
         self.snd.nxt = sn;
         self.snd.max = sn;
-        self.snd.flight.clear();
-        self.snd.wnd = u32::from(window);
+        self.clear_flight();
+        self.snd.wnd = window;
         self.timers.stop(Timer::Retransmit as usize);
         self.rtt.reset_backoff();
+    }
+
+    /// Applies an ack's SACK blocks to the scoreboard.
+    fn apply_sack(&mut self, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        for (start, end) in seg.sack_blocks() {
+            self.snd.sack_seen = true;
+            if end.diff(self.snd.una) <= 0 || start.diff(self.snd.max) >= 0 {
+                continue;
+            }
+            let from = self.snd.flight.partition_point(|f| f.sn.before(start));
+            for f in self.snd.flight.range_mut(from..) {
+                if f.sn.add(f.len).diff(end) > 0 {
+                    break;
+                }
+                if f.sacked {
+                    continue;
+                }
+                if f.in_pipe() {
+                    self.snd.pipe -= f.len as usize;
+                }
+                if f.lost {
+                    f.lost = false;
+                    self.snd.lost_count -= 1;
+                }
+                f.sacked = true;
+                ctx.stats.sacked_segments += 1;
+                self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
+            }
+        }
+    }
+
+    /// SACK-based loss detection (RFC 6675's `DupThresh` rule plus RACK's
+    /// time rule, which also catches lost retransmissions); enters recovery.
+    fn detect_losses(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
+        let Some(rack) = self.snd.rack_ts else {
+            return;
+        };
+        let reorder = self
+            .rtt
+            .srtt()
+            .map_or(Duration::from_millis(1), |s| s / 8)
+            .max(Duration::from_millis(1));
+        let thresh = ctx.s.cfg.dup_ack_threshold;
+        let pipe_before = self.snd.pipe;
+        let mut sacked_above = 0u32;
+        let mut marked = 0u64;
+        for i in (0..self.snd.flight.len()).rev() {
+            let f = &self.snd.flight[i];
+            if f.sacked {
+                sacked_above += 1;
+                continue;
+            }
+            if !f.in_pipe() {
+                continue;
+            }
+            let by_count = !f.retransmitted && sacked_above >= thresh;
+            let by_time = rack > f.last_tx + reorder;
+            if by_count || by_time {
+                Self::mark_lost(&mut self.snd, i);
+                marked += 1;
+            }
+        }
+        if marked > 0 {
+            ctx.stats.sack_loss_marks += marked;
+            if self.snd.recover.is_none() {
+                ctx.stats.fast_retransmits += 1;
+                self.snd.recover = Some(self.snd.nxt);
+                self.cc.on_congestion_event(now, pipe_before);
+            }
+        }
     }
 
     fn on_ack(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
         if self.failed.is_some() {
             return;
         }
+        self.snd.peer_scaled = seg.flags.contains(Flags::W);
+        let offset = rendezvous_offset(self.snd.peer_scaled);
         if seg.flags.contains(Flags::R) {
             let expected = match self.snd.rdv {
-                SendRdv::Sent { sn, .. } => Some(sn.add(RENDEZVOUS_OFFSET)),
+                SendRdv::Sent { sn, .. } => Some(sn.add(offset)),
                 SendRdv::Acked { shifted } => Some(shifted),
                 SendRdv::None => None,
             };
             if expected == Some(seg.sn) {
                 ctx.stats.reliable_acks_received += 1;
-                self.finish_rendezvous(seg.sn, seg.window);
+                self.finish_rendezvous(seg.sn, seg.window_octets());
             } else if self.snd.rdv == SendRdv::None && seg.sn == self.snd.una {
-                self.snd.wnd = u32::from(seg.window);
+                self.snd.wnd = seg.window_octets();
             } else {
                 ctx.stats.stale_acks += 1;
             }
@@ -532,7 +802,7 @@ impl Connection {
         match self.snd.rdv {
             SendRdv::Sent { sn, .. } => {
                 if seg.sn == sn.add(1) {
-                    let shifted = sn.add(RENDEZVOUS_OFFSET);
+                    let shifted = sn.add(offset);
                     self.snd.rdv = SendRdv::Acked { shifted };
                     self.snd.una = shifted;
                     self.snd.nxt = shifted;
@@ -547,7 +817,7 @@ impl Connection {
             }
             SendRdv::Acked { shifted } => {
                 if seg.sn == shifted && seg.window > 0 {
-                    self.finish_rendezvous(shifted, seg.window);
+                    self.finish_rendezvous(shifted, seg.window_octets());
                 } else {
                     ctx.stats.stale_acks += 1;
                 }
@@ -562,25 +832,30 @@ impl Connection {
             return;
         }
         let overflow = seg.flags.contains(Flags::O);
+        let window = seg.window_octets();
         if acked > 0 {
             self.on_new_ack(now, seg.sn, acked as usize, ctx);
-        } else if span > 0 && !overflow && u32::from(seg.window) == self.snd.wnd {
+        } else if span > 0 && !overflow && window == self.snd.wnd {
             self.snd.dup_acks += 1;
             if self.snd.dup_acks == ctx.s.cfg.dup_ack_threshold && self.snd.recover.is_none() {
                 ctx.stats.fast_retransmits += 1;
                 let in_flight = self.bytes_in_flight();
-                if let Some(head) = self.snd.flight.front_mut() {
-                    head.lost = !head.exhausted;
+                if !self.snd.flight.is_empty() {
+                    Self::mark_lost(&mut self.snd, 0);
                 }
                 self.snd.recover = Some(self.snd.nxt);
                 self.cc.on_congestion_event(now, in_flight);
             }
         }
-        self.snd.wnd = u32::from(seg.window);
+        if !overflow && !seg.payload.is_empty() {
+            self.apply_sack(seg, ctx);
+            self.detect_losses(now, ctx);
+        }
+        self.snd.wnd = window;
         if overflow {
             // Window overrun: everything beyond the ack is treated as never sent.
             ctx.stats.overruns += 1;
-            self.snd.flight.clear();
+            self.clear_flight();
             self.snd.nxt = self.snd.una;
             self.snd.recover = None;
             self.snd.dup_acks = 0;
@@ -601,12 +876,21 @@ impl Connection {
                 if !f.retransmitted {
                     sample = Some(now - f.last_tx);
                 }
+                if f.in_pipe() {
+                    self.snd.pipe -= f.len as usize;
+                }
+                self.snd.lost_count -= usize::from(f.lost);
+                self.snd.exhausted_count -= usize::from(f.exhausted);
+                self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
                 self.snd.flight.pop_front();
             } else {
                 if f.sn.before(ack) {
                     let cut = ack.diff(f.sn) as u32;
                     f.sn = ack;
                     f.len -= cut;
+                    if f.in_pipe() {
+                        self.snd.pipe -= cut as usize;
+                    }
                 }
                 break;
             }
@@ -621,13 +905,15 @@ impl Connection {
                 self.snd.recover = None;
                 self.cc.on_recovery_end(now);
             }
-            Some(_) => {
-                // `NewReno` partial ack: the next hole is lost too.
-                if let Some(head) = self.snd.flight.front_mut() {
-                    head.lost = !head.exhausted;
+            Some(_) if !self.snd.sack_seen => {
+                // `NewReno` partial ack: the next hole is lost too (with SACK,
+                // the scoreboard knows which holes are).
+                if !self.snd.flight.is_empty() {
+                    Self::mark_lost(&mut self.snd, 0);
                 }
             }
-            None => self.cc.on_ack(now, acked),
+            Some(_) => {}
+            None => self.cc.on_ack(now, acked, self.rtt.srtt()),
         }
         if self.snd.flight.is_empty() {
             self.timers.stop(Timer::Retransmit as usize);
@@ -659,16 +945,11 @@ impl Connection {
     // ---- timers -------------------------------------------------------------
 
     fn bytes_in_flight(&self) -> usize {
-        self.snd
-            .flight
-            .iter()
-            .filter(|f| !f.lost && !f.exhausted)
-            .map(|f| f.len as usize)
-            .sum()
+        self.snd.pipe
     }
 
     fn blocked(&self) -> bool {
-        self.snd.flight.iter().any(|f| f.exhausted)
+        self.snd.exhausted_count > 0
             || matches!(
                 self.snd.rdv,
                 SendRdv::Sent {
@@ -732,12 +1013,12 @@ impl Connection {
             if now <= first_tx + r {
                 ctx.stats.retransmissions += 1;
                 let seg = self.emit(
+                    ctx.s,
                     SegmentType::Rendezvous,
                     Flags::D,
                     sn,
                     deadline,
                     ctx.s.delta_t,
-                    self.rcv_window(ctx.s),
                     &[],
                 );
                 self.out.push_back(seg);
@@ -762,13 +1043,14 @@ impl Connection {
             .on_retransmission_timeout(now, self.bytes_in_flight());
         self.rtt.back_off();
         for f in &mut self.snd.flight {
-            f.lost = !f.exhausted;
+            f.lost = !f.exhausted && !f.sacked;
             // Karn: once an RTO has fired, an ack for any segment sent before
             // it is ambiguous (it may answer a later retransmission of the
             // head): a late cumulative ack would otherwise yield an RTT sample
             // of several seconds and pin the RTO at its maximum.
             f.retransmitted = true;
         }
+        self.rescan();
         self.snd.recover = Some(self.snd.nxt);
         self.snd.dup_acks = 0;
         if self.snd.flight.iter().any(|f| !f.exhausted) {
@@ -787,12 +1069,12 @@ impl Connection {
             if now <= first_tx + ctx.s.cfg.max_retransmit_time {
                 ctx.stats.retransmissions += 1;
                 let seg = self.emit(
+                    ctx.s,
                     SegmentType::Ack,
                     Flags::R,
                     sn,
                     deadline,
                     ctx.s.delta_t,
-                    self.rcv_window(ctx.s),
                     &[],
                 );
                 self.out.push_back(seg);
@@ -809,7 +1091,7 @@ impl Connection {
         ctx.stats.stimer_expirations += 1;
         let unacked = !self.snd.flight.is_empty() || matches!(self.snd.rdv, SendRdv::Sent { .. });
         let unacked_bytes = self.snd.buf.len();
-        self.snd.flight.clear();
+        self.clear_flight();
         self.snd.nxt = self.snd.una;
         self.snd.max = self.snd.una;
         self.snd.rdv = SendRdv::None;
@@ -840,6 +1122,14 @@ impl Connection {
         if let Some(seg) = self.out.pop_front() {
             return Some(seg);
         }
+        if std::mem::take(&mut self.rcv.window_update_due)
+            && self.rcv.valid
+            && self.rcv.rdv == RecvRdv::None
+        {
+            ctx.stats.window_updates += 1;
+            self.queue_ack(now, ctx, self.rcv.nxt, Flags::NONE);
+            return self.out.pop_front();
+        }
         if let Some(seg) = self.poll_reliable_ack(now, ctx) {
             return Some(seg);
         }
@@ -859,21 +1149,24 @@ impl Connection {
         if !ctx.may_send_new {
             return None;
         }
-        let window = self.rcv_window(ctx.s);
-        let threshold = ctx.s.cfg.max_payload.min(ctx.s.cfg.recv_buffer);
-        if usize::from(window) < threshold {
+        let mut threshold = ctx.s.cfg.max_payload.min(ctx.s.cfg.recv_buffer);
+        if ctx.s.scaled_window() {
+            // The window must be non-zero once rounded down to 256-octet units.
+            threshold = threshold.max(1 << WINDOW_SCALE_SHIFT);
+        }
+        if self.rcv_free(ctx.s) < threshold {
             return None;
         }
         // R5: a reliable-ack has lifetime Δt from its first transmission.
         let deadline = ctx.wall.deadline(now, ctx.s.delta_t);
         let sn = self.rcv.nxt;
         let seg = self.emit(
+            ctx.s,
             SegmentType::Ack,
             Flags::R,
             sn,
             deadline,
             ctx.s.delta_t,
-            window,
             &[],
         );
         self.rcv.rdv = RecvRdv::RelAck {
@@ -891,6 +1184,9 @@ impl Connection {
 
     fn poll_retransmission(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
         let r = ctx.s.cfg.max_retransmit_time;
+        if self.snd.lost_count == 0 {
+            return None;
+        }
         let cwnd = self.cc.window();
         let in_flight = self.bytes_in_flight();
         let i = self.snd.flight.iter().position(|f| f.lost)?;
@@ -898,6 +1194,8 @@ impl Connection {
         if now > f.first_tx + r {
             f.lost = false;
             f.exhausted = true;
+            self.snd.lost_count -= 1;
+            self.snd.exhausted_count += 1;
             ctx.stats.retransmit_limit += 1;
             return self.poll_retransmission(now, ctx);
         }
@@ -911,6 +1209,8 @@ impl Connection {
         f.retransmitted = true;
         f.last_tx = now;
         let (sn, len, deadline) = (f.sn, f.len as usize, f.deadline);
+        self.snd.lost_count -= 1;
+        self.snd.pipe += len;
         let off = sn.diff(self.snd.una) as usize;
         let payload: Vec<u8> = self.snd.buf.range(off..off + len).copied().collect();
         let flags = if sn == self.snd.una {
@@ -923,12 +1223,12 @@ impl Connection {
             self.arm_rto(now, ctx.s);
         }
         Some(self.emit(
+            ctx.s,
             SegmentType::Data,
             flags,
             sn,
             deadline,
             ctx.s.delta_t,
-            self.rcv_window(ctx.s),
             &payload,
         ))
     }
@@ -959,12 +1259,12 @@ impl Connection {
             self.arm_rto(now, ctx.s);
             ctx.stats.rendezvous_sent += 1;
             return Some(self.emit(
+                ctx.s,
                 SegmentType::Rendezvous,
                 Flags::D,
                 sn,
                 deadline,
                 ctx.s.delta_t,
-                self.rcv_window(ctx.s),
                 &[],
             ));
         }
@@ -991,7 +1291,9 @@ impl Connection {
             retransmitted: false,
             lost: false,
             exhausted: false,
+            sacked: false,
         });
+        self.snd.pipe += len;
         self.snd.nxt = sn.add(len as u32);
         if self.snd.max.before(self.snd.nxt) {
             self.snd.max = self.snd.nxt;
@@ -1002,12 +1304,12 @@ impl Connection {
         }
         ctx.stats.bytes_sent += len as u64;
         Some(self.emit(
+            ctx.s,
             SegmentType::Data,
             flags,
             sn,
             deadline,
             ctx.s.delta_t,
-            self.rcv_window(ctx.s),
             &payload,
         ))
     }

@@ -158,6 +158,10 @@ pub struct Stats {
     pub rtimer_expirations: u64,
     pub connections_opened: u64,
     pub connections_failed: u64,
+    pub sack_blocks_sent: u64,
+    pub sacked_segments: u64,
+    pub sack_loss_marks: u64,
+    pub window_updates: u64,
 }
 
 type Key = (u16, SocketAddr, u16);
@@ -302,7 +306,11 @@ impl Endpoint {
     /// Reads in-order bytes; `WouldBlock` when none are ready, the failure
     /// once a failed connection is drained.
     pub fn read(&mut self, h: ConnHandle, buf: &mut [u8]) -> Result<usize, Error> {
-        self.conn(h)?.read(buf)
+        let s = &self.s;
+        match self.conns.get_mut(&h.0) {
+            Some(c) if !c.time_wait => c.read(buf, s),
+            _ => Err(Error::UnknownHandle),
+        }
     }
 
     /// Bytes ready to read.

@@ -18,10 +18,15 @@
 //! +---------------------------------------------------------------+
 //! |        Deadline (ms since midnight UTC, mod 86 400 000)       | 12
 //! +---+---+-+-+-+-+---------------+-------------------------------+
-//! |Ver|Typ|D|O|R|U|   Lifetime    |     Window / Error code       | 16
+//! |Ver|Typ|D|O|R|W|   Lifetime    |     Window / Error code       | 16
 //! +---+---+-+-+-+-+---------------+-------------------------------+
-//! |                     Data (data segments only)                 | 20
+//! |        Data (data) or SACK blocks (ack, 8 octets each)        | 20
 //! ```
+//!
+//! `W` (window scaled) makes the window field count units of 256 octets, so a
+//! receive buffer up to 16 MiB can be advertised without a handshake. An ack's
+//! payload is a list of SACK blocks: pairs of SNs `[start, end)` the receiver
+//! holds beyond the cumulative ack.
 //!
 //! The checksum is the Internet checksum (RFC 1071, the "standard UDP
 //! checksum" of the thesis) over the whole segment with the checksum field
@@ -39,6 +44,14 @@ pub const HEADER_LEN: usize = 20;
 pub const MS_PER_DAY: u32 = 86_400_000;
 /// Largest segment the 16-bit length field can describe.
 pub const MAX_SEGMENT_LEN: usize = u16::MAX as usize;
+/// A window field with the `W` flag counts octets in units of `1 << WINDOW_SCALE_SHIFT`.
+pub const WINDOW_SCALE_SHIFT: u32 = 8;
+/// Largest window a scaled field can advertise (65 535 · 256 octets).
+pub const MAX_SCALED_WINDOW: usize = (u16::MAX as usize) << WINDOW_SCALE_SHIFT;
+/// Most SACK blocks one ack carries.
+pub const MAX_SACK_BLOCKS: usize = 16;
+/// Octets of one SACK block on the wire (start SN, end SN).
+pub const SACK_BLOCK_LEN: usize = 8;
 
 mod field {
     use std::ops::Range;
@@ -87,9 +100,20 @@ pub enum WireError {
         /// The four flag bits.
         flags: u8,
     },
-    /// Ack, rendezvous and nak segments carry no payload.
+    /// Rendezvous and nak segments carry no payload.
     #[error("{0} segment must not carry a payload")]
     UnexpectedPayload(SegmentType),
+    /// An ack's payload is not a whole number of SACK blocks, or too many.
+    #[error("ack payload of {0} bytes is not 1..={MAX_SACK_BLOCKS} SACK blocks of {SACK_BLOCK_LEN} bytes")]
+    SackLength(usize),
+    /// A SACK block whose end is not after its start.
+    #[error("SACK block {start}..{end} is empty or inverted")]
+    SackBlock {
+        /// First SN of the block.
+        start: u32,
+        /// SN after the block.
+        end: u32,
+    },
     /// Data segments carry at least one octet.
     #[error("data segment without payload")]
     EmptyData,
@@ -141,8 +165,8 @@ impl SegmentType {
     /// Flags this type may carry.
     const fn allowed_flags(self) -> u8 {
         match self {
-            SegmentType::Data | SegmentType::Rendezvous => Flags::D.0,
-            SegmentType::Ack => Flags::O.0 | Flags::R.0,
+            SegmentType::Data | SegmentType::Rendezvous => Flags::D.0 | Flags::W.0,
+            SegmentType::Ack => Flags::O.0 | Flags::R.0 | Flags::W.0,
             SegmentType::Nak => 0,
         }
     }
@@ -159,7 +183,7 @@ impl fmt::Display for SegmentType {
     }
 }
 
-/// The 4 flag bits `D O R U`.
+/// The 4 flag bits `D O R W`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Flags(u8);
 
@@ -172,7 +196,8 @@ impl Flags {
     pub const O: Flags = Flags(0b0100);
     /// Reliable (window-opening) ack.
     pub const R: Flags = Flags(0b0010);
-    const U: u8 = 0b0001;
+    /// Window scaled: the window field counts units of 256 octets.
+    pub const W: Flags = Flags(0b0001);
 
     /// Whether every flag in `other` is set.
     pub const fn contains(self, other: Flags) -> bool {
@@ -202,7 +227,12 @@ impl fmt::Display for Flags {
         if self.0 == 0 {
             return f.write_str("-");
         }
-        for (flag, c) in [(Flags::D, 'D'), (Flags::O, 'O'), (Flags::R, 'R')] {
+        for (flag, c) in [
+            (Flags::D, 'D'),
+            (Flags::O, 'O'),
+            (Flags::R, 'R'),
+            (Flags::W, 'W'),
+        ] {
             if self.contains(flag) {
                 write!(f, "{c}")?;
             }
@@ -526,10 +556,69 @@ pub struct SegmentRepr<'a> {
     pub deadline: Deadline,
     /// Δt of the sender of this segment.
     pub lifetime: Lifetime,
-    /// Window (data/ack/rendezvous) or error code (nak).
+    /// Window (data/ack/rendezvous; in 256-octet units with `W`) or error code (nak).
     pub window: u16,
-    /// Data (data segments only).
+    /// Data (data segments) or SACK blocks (acks; see [`encode_sack`]).
     pub payload: &'a [u8],
+}
+
+/// Checks an ack payload: empty, or 1..=16 blocks `[start, end)` with `end` after `start`.
+fn check_sack(payload: &[u8]) -> Result<(), WireError> {
+    if !payload.len().is_multiple_of(SACK_BLOCK_LEN)
+        || payload.len() > MAX_SACK_BLOCKS * SACK_BLOCK_LEN
+    {
+        return Err(WireError::SackLength(payload.len()));
+    }
+    for (start, end) in sack_iter(payload) {
+        if end.diff(start) <= 0 {
+            return Err(WireError::SackBlock {
+                start: start.0,
+                end: end.0,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn sack_iter(payload: &[u8]) -> impl Iterator<Item = (Seq, Seq)> + '_ {
+    payload.chunks_exact(SACK_BLOCK_LEN).map(|b| {
+        let word = |r: std::ops::Range<usize>| {
+            Seq(u32::from_be_bytes(b[r].try_into().expect("4-byte slice")))
+        };
+        (word(0..4), word(4..8))
+    })
+}
+
+/// Encodes SACK blocks `[start, end)` as an ack payload (at most
+/// [`MAX_SACK_BLOCKS`] are taken).
+pub fn encode_sack(blocks: &[(Seq, Seq)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len().min(MAX_SACK_BLOCKS) * SACK_BLOCK_LEN);
+    for (start, end) in blocks.iter().take(MAX_SACK_BLOCKS) {
+        out.extend_from_slice(&start.0.to_be_bytes());
+        out.extend_from_slice(&end.0.to_be_bytes());
+    }
+    out
+}
+
+impl SegmentRepr<'_> {
+    /// The advertised window in octets (data, ack, rendezvous).
+    pub fn window_octets(&self) -> u32 {
+        if self.flags.contains(Flags::W) {
+            u32::from(self.window) << WINDOW_SCALE_SHIFT
+        } else {
+            u32::from(self.window)
+        }
+    }
+
+    /// SACK blocks of an ack (empty for other types).
+    pub fn sack_blocks(&self) -> impl Iterator<Item = (Seq, Seq)> + '_ {
+        let payload = if self.kind == SegmentType::Ack {
+            self.payload
+        } else {
+            &[]
+        };
+        sack_iter(payload)
+    }
 }
 
 impl<'a> SegmentRepr<'a> {
@@ -548,13 +637,14 @@ impl<'a> SegmentRepr<'a> {
         let lifetime = Lifetime::from_secs(seg.lifetime_raw()).ok_or(WireError::ZeroLifetime)?;
         let kind = seg.segment_type();
         let flags = seg.flags_raw();
-        if flags & Flags::U != 0 || flags & !kind.allowed_flags() != 0 {
+        if flags & !kind.allowed_flags() != 0 {
             return Err(WireError::Flags { kind, flags });
         }
         let payload = seg.payload_slice();
         match kind {
             SegmentType::Data if payload.is_empty() => return Err(WireError::EmptyData),
             SegmentType::Data => {}
+            SegmentType::Ack => check_sack(payload)?,
             other if !payload.is_empty() => return Err(WireError::UnexpectedPayload(other)),
             _ => {}
         }
@@ -671,6 +761,87 @@ mod tests {
         assert_eq!(&bytes[20..], b"xy");
     }
 
+    fn ack(flags: Flags, window: u16, payload: &[u8]) -> SegmentRepr<'_> {
+        SegmentRepr {
+            kind: SegmentType::Ack,
+            flags,
+            window,
+            payload,
+            ..sample(b"")
+        }
+    }
+
+    #[test]
+    fn scaled_window_counts_256_octet_units() {
+        assert_eq!(ack(Flags::NONE, 1000, &[]).window_octets(), 1000);
+        assert_eq!(ack(Flags::W, 1000, &[]).window_octets(), 256_000);
+        assert_eq!(
+            ack(Flags::W, u16::MAX, &[]).window_octets() as usize,
+            MAX_SCALED_WINDOW
+        );
+        let bytes = ack(Flags::W.with(Flags::O), 7, &[])
+            .to_vec()
+            .expect("valid test value");
+        assert_eq!(bytes[16] & 0x0f, 0b0101, "O and W bits");
+        let nak = SegmentRepr {
+            kind: SegmentType::Nak,
+            flags: Flags::W,
+            ..sample(b"")
+        };
+        let bytes = nak.to_vec().expect("emit does not validate");
+        assert!(matches!(
+            SegmentRepr::parse_bytes(&bytes),
+            Err(WireError::Flags { .. })
+        ));
+    }
+
+    #[test]
+    fn sack_blocks_round_trip_and_bad_lists_are_rejected() {
+        let blocks = [(Seq(2000), Seq(3000)), (Seq(u32::MAX - 10), Seq(5))];
+        let payload = encode_sack(&blocks);
+        assert_eq!(payload.len(), 16);
+        let bytes = ack(Flags::NONE, 100, &payload)
+            .to_vec()
+            .expect("valid test value");
+        let parsed = SegmentRepr::parse_bytes(&bytes).expect("valid SACK ack");
+        assert_eq!(parsed.sack_blocks().collect::<Vec<_>>(), blocks);
+
+        let odd = [0u8; 12];
+        let bytes = ack(Flags::NONE, 100, &odd).to_vec().expect("emit");
+        assert_eq!(
+            SegmentRepr::parse_bytes(&bytes),
+            Err(WireError::SackLength(12))
+        );
+        let too_many = vec![0u8; (MAX_SACK_BLOCKS + 1) * SACK_BLOCK_LEN];
+        let bytes = ack(Flags::NONE, 100, &too_many).to_vec().expect("emit");
+        assert!(matches!(
+            SegmentRepr::parse_bytes(&bytes),
+            Err(WireError::SackLength(_))
+        ));
+        let inverted = encode_sack(&[(Seq(3000), Seq(2000))]);
+        let bytes = ack(Flags::NONE, 100, &inverted).to_vec().expect("emit");
+        assert_eq!(
+            SegmentRepr::parse_bytes(&bytes),
+            Err(WireError::SackBlock {
+                start: 3000,
+                end: 2000
+            })
+        );
+        let empty = encode_sack(&[(Seq(3000), Seq(3000))]);
+        let bytes = ack(Flags::NONE, 100, &empty).to_vec().expect("emit");
+        assert!(SegmentRepr::parse_bytes(&bytes).is_err());
+        let rdv = SegmentRepr {
+            kind: SegmentType::Rendezvous,
+            payload: &payload,
+            ..sample(b"")
+        };
+        let bytes = rdv.to_vec().expect("emit");
+        assert_eq!(
+            SegmentRepr::parse_bytes(&bytes),
+            Err(WireError::UnexpectedPayload(SegmentType::Rendezvous))
+        );
+    }
+
     #[test]
     fn every_single_bit_flip_is_rejected() {
         let bytes = sample(b"hello").to_vec().expect("valid test value");
@@ -747,7 +918,18 @@ mod tests {
             data in proptest::collection::vec(any::<u8>(), 1..1500),
         ) {
             let flags = Flags(flag_bits & kind.allowed_flags());
-            let payload: &[u8] = if kind == SegmentType::Data { &data } else { &[] };
+            // Acks carry SACK blocks: pairs of SNs with a positive span.
+            let blocks: Vec<(Seq, Seq)> = data
+                .chunks_exact(3)
+                .take(MAX_SACK_BLOCKS)
+                .map(|c| (Seq(sn ^ u32::from(c[0])), Seq(sn ^ u32::from(c[0])).add(u32::from(c[1]) + 1)))
+                .collect();
+            let sack = encode_sack(&blocks);
+            let payload: &[u8] = match kind {
+                SegmentType::Data => &data,
+                SegmentType::Ack => &sack,
+                _ => &[],
+            };
             let repr = SegmentRepr {
                 src_port: src, dst_port: dst, kind, flags, sn: Seq(sn),
                 deadline: Deadline::new(deadline).expect("valid test value"),
@@ -756,6 +938,9 @@ mod tests {
             let bytes = repr.to_vec().expect("valid test value");
             prop_assert_eq!(bytes.len(), repr.buffer_len());
             prop_assert_eq!(SegmentRepr::parse_bytes(&bytes), Ok(repr));
+            if kind == SegmentType::Ack {
+                prop_assert_eq!(repr.sack_blocks().collect::<Vec<_>>(), blocks);
+            }
         }
 
         #[test]

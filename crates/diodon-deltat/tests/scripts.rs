@@ -41,6 +41,13 @@ impl Default for Options {
                 initial_rto: Duration::from_millis(500),
                 min_rto: Duration::from_millis(200),
                 max_rto: Duration::from_secs(8),
+                // The thesis's connection: 16-bit window, no SACK, NewReno
+                // with IW 4; scripts switch the extensions on with options.
+                recv_buffer: 65_535,
+                send_buffer: 256 * 1024,
+                initial_window_segments: 4,
+                congestion: CongestionAlgorithm::NewReno,
+                sack: false,
                 ..Config::default()
             },
             tolerance: Duration::from_millis(10),
@@ -82,9 +89,11 @@ impl Options {
             "initial_sn" => c.initial_sn = num(v)?,
             "backlog" => c.backlog = num(v)?,
             "initial_window" => c.initial_window_segments = num(v)?,
+            "sack" => c.sack = num::<u8>(v)? != 0,
             "congestion" => {
                 c.congestion = match v {
                     "newreno" => CongestionAlgorithm::NewReno,
+                    "cubic" => CongestionAlgorithm::Cubic,
                     "unlimited" => CongestionAlgorithm::Unlimited,
                     other => return Err(format!("unknown congestion {other}")),
                 }
@@ -109,6 +118,9 @@ struct SegSpec {
     code: Option<u16>,
     port: Option<u16>,
     peer: Option<u16>,
+    /// SACK blocks `START:END,…` of an ack (outbound: must match exactly;
+    /// absent: the ack must carry none).
+    sack: Vec<(u32, u32)>,
 }
 
 fn parse_seg(words: &[&str]) -> Result<SegSpec, String> {
@@ -131,6 +143,7 @@ fn parse_seg(words: &[&str]) -> Result<SegSpec, String> {
             'D' => Flags::D,
             'O' => Flags::O,
             'R' => Flags::R,
+            'W' => Flags::W,
             '-' => Flags::NONE,
             other => return Err(format!("unknown flag {other}")),
         });
@@ -153,6 +166,12 @@ fn parse_seg(words: &[&str]) -> Result<SegSpec, String> {
             "code" => spec.code = Some(num(v)?),
             "port" => spec.port = Some(num(v)?),
             "peer" => spec.peer = Some(num(v)?),
+            "sack" => {
+                for block in v.split(',') {
+                    let (s, e) = block.split_once(':').ok_or("sack blocks are START:END")?;
+                    spec.sack.push((num(s)?, num(e)?));
+                }
+            }
             other => return Err(format!("unknown segment field {other}")),
         }
     }
@@ -203,6 +222,10 @@ fn stat(s: &Stats, name: &str) -> Result<u64, String> {
         "connections_failed" => s.connections_failed,
         "bytes_acked" => s.bytes_acked,
         "bytes_received" => s.bytes_received,
+        "sack_blocks_sent" => s.sack_blocks_sent,
+        "sacked_segments" => s.sacked_segments,
+        "sack_loss_marks" => s.sack_loss_marks,
+        "window_updates" => s.window_updates,
         other => return Err(format!("unknown stat {other}")),
     })
 }
@@ -272,9 +295,15 @@ impl Runner {
             None => today.after(lifetime.duration()),
         };
         let kind = spec.kind.ok_or("no type")?;
-        let payload: Vec<u8> = (0..spec.len)
-            .map(|i| (spec.sn as usize + i) as u8)
-            .collect();
+        let payload: Vec<u8> = if kind == SegmentType::Ack {
+            let blocks: Vec<(Seq, Seq)> =
+                spec.sack.iter().map(|&(s, e)| (Seq(s), Seq(e))).collect();
+            diodon_deltat::wire::encode_sack(&blocks)
+        } else {
+            (0..spec.len)
+                .map(|i| (spec.sn as usize + i) as u8)
+                .collect()
+        };
         let window = match kind {
             SegmentType::Nak => spec.code.unwrap_or(1),
             _ => spec.win.unwrap_or(65_535),
@@ -347,6 +376,10 @@ impl Runner {
         }
         if spec.code.is_some_and(|c| c != r.window) {
             problems.push("code".to_string());
+        }
+        let sack: Vec<(u32, u32)> = r.sack_blocks().map(|(s, e)| (s.0, e.0)).collect();
+        if sack != spec.sack {
+            problems.push(format!("sack {sack:?}"));
         }
         if spec.lifetime.is_some_and(|l| l != r.lifetime.secs()) {
             problems.push("lifetime".to_string());
