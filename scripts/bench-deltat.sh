@@ -16,11 +16,13 @@
 # without --tcp): 12-byte header, the file, a BLAKE3 digest, a verdict byte back.
 # Throughput = file size / (first byte written → verdict read at the sender).
 #
-# TCP uses the Linux defaults (CUBIC, SACK, window scaling, receive buffer
-# auto-tuning). The thesis turned window scaling, buffer auto-tuning, SACK, DSACK
-# and F-RTO off to match its Delta-t; we don't, because the goal is to compare
-# with TCP as deployed. Scenario 1 also reports a "tcp-thesis" column with the
-# thesis's sysctls (set inside the namespaces only) for comparison with its table.
+# TCP keeps the Linux defaults (SACK, window scaling, receive buffer
+# auto-tuning, RACK/TLP); the thesis turned window scaling, buffer auto-tuning,
+# SACK, DSACK and F-RTO off to match its Delta-t; we don't, because the goal is
+# to compare with TCP as deployed. Congestion control is compared like for like:
+# Delta-t CUBIC against TCP CUBIC (Linux's built-in default) and Delta-t BBR
+# against TCP BBR (the default this machine's kernel is configured with), set
+# per namespace with net.ipv4.tcp_congestion_control.
 #
 # Usage: scripts/bench-deltat.sh [--quick]
 # Environment: DIODON_TB (default dtbench), BIN (default: build target/release/diodon),
@@ -91,21 +93,23 @@ relay_stop() {
     RELAY_PID=""
 }
 
-thesis_tcp() { # on|off
-    local v=0
-    [[ $1 == off ]] && v=1
+tcp_cc() { # cubic|bbr: TCP congestion control inside both namespaces
     local ns
     for ns in "$NS_TX" "$NS_RX"; do
-        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_window_scaling=$v net.ipv4.tcp_moderate_rcvbuf=$v \
-            net.ipv4.tcp_sack=$v net.ipv4.tcp_dsack=$v net.ipv4.tcp_frto=$((v * 2))
+        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$1"
     done
 }
 
 PORT=9500
-# transfer proto file -> prints Mbit/s, or "fail"
+# transfer proto(deltat|tcp) cc(cubic|bbr) file -> prints Mbit/s, or "fail"
 transfer() {
-    local proto=$1 file=$2 flag=""
-    [[ $proto != deltat ]] && flag=--tcp
+    local proto=$1 cc=$2 file=$3 flag
+    if [[ $proto == tcp ]]; then
+        flag=--tcp
+        tcp_cc "$cc"
+    else
+        flag="--congestion=$cc"
+    fi
     PORT=$((PORT + 1))
     timeout "$((TIMEOUT + 20))" ip netns exec "$NS_RX" "$BIN" deltat recv $flag --timeout "$TIMEOUT" \
         --listen "10.78.0.2:$PORT" --out "$WORK/out.bin" >"$WORK/recv.json" 2>>"$WORK/recv.log" &
@@ -127,25 +131,21 @@ ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
 }
 
-echo "scenario,rtt_ms,loss_pct,size_mb,deltat_mbit_s,tcp_mbit_s,ratio,tcp_thesis_mbit_s,ratio_thesis" >"$OUT"
+echo "scenario,rtt_ms,loss_pct,size_mb,deltat_cubic_mbit_s,tcp_cubic_mbit_s,ratio_cubic,deltat_bbr_mbit_s,tcp_bbr_mbit_s,ratio_bbr" >"$OUT"
 ROWS=()
-point() { # scenario rtt loss file size_mb thesis(yes|no)
-    local sc=$1 rtt=$2 loss=$3 file=$4 size=$5 thesis=$6 seed=$((1000 + ${#ROWS[@]}))
+point() { # scenario rtt loss file size_mb
+    local sc=$1 rtt=$2 loss=$3 file=$4 size=$5 seed=$((1000 + ${#ROWS[@]}))
     relay_start "$rtt" "$loss" "$seed"
-    local d t th="-" rt="-"
-    d=$(transfer deltat "$file")
-    t=$(transfer tcp "$file")
-    if [[ $thesis == yes ]]; then
-        thesis_tcp on
-        th=$(transfer tcp "$file")
-        thesis_tcp off
-        rt=$(ratio "$d" "$th")
-    fi
+    local dc tc db tb rc rb
+    dc=$(transfer deltat cubic "$file")
+    tc=$(transfer tcp cubic "$file")
+    db=$(transfer deltat bbr "$file")
+    tb=$(transfer tcp bbr "$file")
     relay_stop
-    local r
-    r=$(ratio "$d" "$t")
-    echo "$sc,$rtt,$loss,$size,$d,$t,$r,$th,$rt" | tee -a "$OUT"
-    ROWS+=("| $sc | $rtt | $loss | $size | $d | $t | **$r** | $th | $rt |")
+    rc=$(ratio "$dc" "$tc")
+    rb=$(ratio "$db" "$tb")
+    echo "$sc,$rtt,$loss,$size,$dc,$tc,$rc,$db,$tb,$rb" | tee -a "$OUT"
+    ROWS+=("| $sc | $rtt | $loss | $size | $dc | $tc | **$rc** | $db | $tb | **$rb** |")
 }
 
 if [[ $QUICK == yes ]]; then
@@ -153,13 +153,13 @@ if [[ $QUICK == yes ]]; then
 else
     S1_RTT="50 100 200 500"; S2_RTT="50 100 200"; S3_LOSS="0 1 2 5 10 20"
 fi
-for rtt in $S1_RTT; do point 1 "$rtt" 0 "$WORK/s1.bin" "$SIZE1_MB" yes; done
-for rtt in $S2_RTT; do point 2 "$rtt" 5 "$WORK/loss.bin" "$SIZE_LOSS_MB" no; done
-for loss in $S3_LOSS; do point 3 50 "$loss" "$WORK/loss.bin" "$SIZE_LOSS_MB" no; done
+for rtt in $S1_RTT; do point 1 "$rtt" 0 "$WORK/s1.bin" "$SIZE1_MB"; done
+for rtt in $S2_RTT; do point 2 "$rtt" 5 "$WORK/loss.bin" "$SIZE_LOSS_MB"; done
+for loss in $S3_LOSS; do point 3 50 "$loss" "$WORK/loss.bin" "$SIZE_LOSS_MB"; done
 
 echo
-echo "| scenario | RTT ms | loss % | MB | Delta-t Mbit/s | TCP Mbit/s | Delta-t/TCP | TCP (thesis sysctls) Mbit/s | Delta-t/TCP-thesis |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| scenario | RTT ms | loss % | MB | Delta-t CUBIC Mbit/s | TCP CUBIC Mbit/s | ratio | Delta-t BBR Mbit/s | TCP BBR Mbit/s | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "relay counters (per point, forward = data direction):"

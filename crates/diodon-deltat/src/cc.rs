@@ -1,6 +1,8 @@
 //! Congestion control behind a trait: `NewReno` (RFC 5681 slow start and
 //! congestion avoidance; fast recovery is driven by the connection), `Cubic`
-//! (RFC 9438, the Linux default) and `Unlimited` (the thesis implementation).
+//! (RFC 9438, the Linux default), `Bbr` (model-based, after BBR v1: window =
+//! gain · bottleneck bandwidth · min RTT, random loss ignored) and `Unlimited`
+//! (the thesis implementation).
 //!
 //! ```text
 //!   ack ──▶ on_ack ──┐       loss (dup acks / SACK) ──▶ on_congestion_event ──▶ ssthresh = β·flight
@@ -10,6 +12,7 @@
 //!       CUBIC    toward W(t) = C·(t − K)³ + W_max, never below the Reno-friendly estimate (β = 0.7)
 //! ```
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
@@ -29,6 +32,28 @@ pub trait CongestionControl: fmt::Debug + Send {
     fn on_recovery_end(&mut self, now: Timestamp);
     /// The retransmission timer expired.
     fn on_retransmission_timeout(&mut self, now: Timestamp, bytes_in_flight: usize);
+    /// An ack delivered new data (cumulatively or by SACK), in or out of
+    /// recovery. Model-based controllers grow their window here.
+    fn on_delivered(&mut self, _now: Timestamp, _sample: &DeliverySample) {}
+}
+
+/// What one ack delivered: a delivery-rate sample (after
+/// draft-cheng-iccrg-delivery-rate-estimation) for model-based controllers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliverySample {
+    /// Octets this ack newly delivered (acked or `SACKed`).
+    pub newly_delivered: usize,
+    /// Octets delivered between the sending of the most recently sent
+    /// segment this ack covers and now ...
+    pub delivered: u64,
+    /// ... over this interval (the rate is `delivered / interval`).
+    pub interval: Duration,
+    /// Round trip of that segment, unless it was retransmitted (ambiguous).
+    pub rtt: Option<Duration>,
+    /// Total octets delivered when that segment was sent (round counting).
+    pub prior_delivered: u64,
+    /// Total octets delivered on this connection, this ack included.
+    pub total_delivered: u64,
 }
 
 /// `NewReno`.
@@ -198,6 +223,164 @@ impl CongestionControl for Cubic {
     }
 }
 
+/// BBR's `ProbeRTT` interval: the min-RTT estimate expires after this.
+const BBR_MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// Rounds the bottleneck-bandwidth max filter spans.
+const BBR_BW_ROUNDS: u64 = 10;
+/// Window gain while the pipe is being filled (2/ln 2, as BBR's startup).
+const BBR_STARTUP_GAIN: f64 = 2.885;
+/// Window gain once the pipe is full.
+const BBR_CWND_GAIN: f64 = 2.0;
+
+/// Model-based congestion control after BBR v1 (Cardwell et al. 2016), for
+/// the window only (the driver does not pace): the window is
+/// `gain · max delivery rate (last 10 rounds) · min RTT (last 10 s)`, grown by
+/// what each ack delivers. Loss does not shrink it, so random loss on the link
+/// (the thesis's scenarios) costs only the retransmissions; a retransmission
+/// timeout drops it to one segment, and it regrows at once from the model.
+/// `ProbeRTT` (4 segments for 200 ms) refreshes an expired min-RTT estimate.
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    mss: usize,
+    cwnd: usize,
+    initial: usize,
+    /// Per-round maxima of the delivery rate (octets/s), newest last.
+    bw: VecDeque<(u64, f64)>,
+    round: u64,
+    next_round_delivered: u64,
+    min_rtt: Option<Duration>,
+    min_rtt_stamp: Timestamp,
+    full_bw: f64,
+    full_bw_rounds: u32,
+    filled_pipe: bool,
+    /// `ProbeRTT` until this time, then back to this window.
+    probe_rtt: Option<(Timestamp, usize)>,
+}
+
+impl Bbr {
+    /// Initial window of `initial_segments` segments of `mss` bytes.
+    pub fn new(mss: usize, initial_segments: usize) -> Bbr {
+        let initial = mss * initial_segments.max(1);
+        Bbr {
+            mss,
+            cwnd: initial,
+            initial,
+            bw: VecDeque::new(),
+            round: 0,
+            next_round_delivered: 0,
+            min_rtt: None,
+            min_rtt_stamp: Timestamp::ZERO,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+            probe_rtt: None,
+        }
+    }
+
+    /// Bottleneck bandwidth estimate, octets per second.
+    pub fn bandwidth(&self) -> f64 {
+        self.bw.iter().map(|&(_, b)| b).fold(0.0, f64::max)
+    }
+
+    /// Whether startup is over (the bandwidth stopped growing for 3 rounds).
+    pub fn filled_pipe(&self) -> bool {
+        self.filled_pipe
+    }
+
+    fn update_bw(&mut self, rate: f64) {
+        match self.bw.back_mut() {
+            Some((r, b)) if *r == self.round => *b = b.max(rate),
+            _ => self.bw.push_back((self.round, rate)),
+        }
+        while self
+            .bw
+            .front()
+            .is_some_and(|&(r, _)| r + BBR_BW_ROUNDS <= self.round)
+        {
+            self.bw.pop_front();
+        }
+    }
+}
+
+impl CongestionControl for Bbr {
+    fn window(&self) -> usize {
+        self.cwnd
+    }
+
+    fn on_ack(&mut self, _now: Timestamp, _acked: usize, _srtt: Option<Duration>) {}
+
+    fn on_congestion_event(&mut self, _now: Timestamp, _bytes_in_flight: usize) {}
+
+    fn on_recovery_end(&mut self, _now: Timestamp) {}
+
+    fn on_retransmission_timeout(&mut self, _now: Timestamp, _bytes_in_flight: usize) {
+        self.cwnd = self.mss;
+    }
+
+    fn on_delivered(&mut self, now: Timestamp, s: &DeliverySample) {
+        let round_start = s.prior_delivered >= self.next_round_delivered;
+        if round_start {
+            self.next_round_delivered = s.total_delivered;
+            self.round += 1;
+        }
+        if !s.interval.is_zero() {
+            self.update_bw(s.delivered as f64 / s.interval.as_secs_f64());
+        }
+        let expired = now.saturating_duration_since(self.min_rtt_stamp) > BBR_MIN_RTT_WINDOW;
+        if let Some(rtt) = s.rtt {
+            if self.min_rtt.is_none_or(|m| rtt <= m) || (expired && self.probe_rtt.is_none()) {
+                self.min_rtt = Some(rtt);
+                self.min_rtt_stamp = now;
+            }
+        }
+        let bw = self.bandwidth();
+        if !self.filled_pipe && round_start {
+            if bw >= self.full_bw * 1.25 {
+                self.full_bw = bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+                self.filled_pipe = self.full_bw_rounds >= 3;
+            }
+        }
+        let floor = 4 * self.mss;
+        match self.probe_rtt {
+            Some((until, prior)) if now >= until => {
+                self.probe_rtt = None;
+                self.min_rtt_stamp = now;
+                self.cwnd = self.cwnd.max(prior);
+            }
+            Some(_) => {
+                self.cwnd = floor;
+                return;
+            }
+            None if expired && self.min_rtt.is_some() => {
+                let hold = self
+                    .min_rtt
+                    .unwrap_or_default()
+                    .max(Duration::from_millis(200));
+                self.probe_rtt = Some((now + hold, self.cwnd));
+                self.cwnd = floor;
+                return;
+            }
+            None => {}
+        }
+        let bdp = bw * self.min_rtt.unwrap_or_default().as_secs_f64();
+        let gain = if self.filled_pipe {
+            BBR_CWND_GAIN
+        } else {
+            BBR_STARTUP_GAIN
+        };
+        let target = (gain * bdp) as usize + 3 * self.mss;
+        if self.filled_pipe {
+            self.cwnd = (self.cwnd + s.newly_delivered).min(target);
+        } else if self.cwnd < target || s.total_delivered < self.initial as u64 {
+            self.cwnd += s.newly_delivered;
+        }
+        self.cwnd = self.cwnd.max(floor);
+    }
+}
+
 /// No congestion control: an unbounded window.
 #[derive(Debug, Clone, Default)]
 pub struct Unlimited;
@@ -282,5 +465,56 @@ mod tests {
         assert!((cc.w_max - 59.5).abs() < 1e-9, "{}", cc.w_max);
         cc.on_retransmission_timeout(t0, 49_000);
         assert_eq!(cc.window(), 1000);
+    }
+
+    /// Feeds `rounds` round trips over a path of `rate` octets/s and `rtt`,
+    /// each delivering what the window allowed (capped by the path).
+    fn run_bbr(cc: &mut Bbr, rate: f64, rtt: Duration, rounds: u32, loss_every: usize) -> usize {
+        let mut now = Timestamp::ZERO + Duration::from_secs(1);
+        let mut total = 0u64;
+        for _ in 0..rounds {
+            let deliverable = (rate * rtt.as_secs_f64()) as usize;
+            let sent = cc.window().min(deliverable * 3);
+            let delivered = sent.min(deliverable);
+            let prior = total;
+            let segments = delivered / 1000;
+            for i in 0..segments {
+                if loss_every > 0 && i % loss_every == 0 {
+                    continue;
+                }
+                total += 1000;
+                cc.on_delivered(
+                    now,
+                    &DeliverySample {
+                        newly_delivered: 1000,
+                        delivered: total - prior,
+                        interval: rtt,
+                        rtt: Some(rtt),
+                        prior_delivered: prior,
+                        total_delivered: total,
+                    },
+                );
+            }
+            now += rtt;
+        }
+        cc.window()
+    }
+
+    #[test]
+    fn bbr_window_settles_near_two_bdp_and_ignores_random_loss() {
+        let rtt = Duration::from_millis(50);
+        let rate = 10_000_000.0; // 80 Mbit/s: BDP 500 000 octets
+        let mut cc = Bbr::new(1000, 10);
+        let w = run_bbr(&mut cc, rate, rtt, 30, 0);
+        assert!(cc.filled_pipe(), "startup ended");
+        assert!((900_000..=1_100_000).contains(&w), "cwnd {w}");
+        let mut lossy = Bbr::new(1000, 10);
+        // 5 % of the segments lost every round: the window still follows the model.
+        let w = run_bbr(&mut lossy, rate, rtt, 30, 20);
+        assert!((800_000..=1_100_000).contains(&w), "cwnd with loss {w}");
+        lossy.on_congestion_event(Timestamp::ZERO, w);
+        assert_eq!(lossy.window(), w, "loss does not shrink the window");
+        lossy.on_retransmission_timeout(Timestamp::ZERO, w);
+        assert_eq!(lossy.window(), 1000);
     }
 }

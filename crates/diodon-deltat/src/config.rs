@@ -22,6 +22,8 @@ pub enum CongestionAlgorithm {
     NewReno,
     /// RFC 9438 CUBIC (the Linux default).
     Cubic,
+    /// Model-based, after BBR v1: loss does not shrink the window.
+    Bbr,
     /// No congestion control (the thesis implementation): only the peer's
     /// window limits the sender.
     Unlimited,

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use diodon_proto::{TimerTable, Timestamp};
 
-use crate::cc::{CongestionControl, Cubic, NewReno, Unlimited};
+use crate::cc::{Bbr, CongestionControl, Cubic, DeliverySample, NewReno, Unlimited};
 use crate::config::{CongestionAlgorithm, Settings, WallClock};
 use crate::endpoint::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::rtt::RttEstimator;
@@ -87,6 +87,9 @@ struct Sent {
     exhausted: bool,
     /// Reported held by the receiver in a SACK block.
     sacked: bool,
+    /// `SendState::delivered` and its time at the last transmission.
+    tx_delivered: u64,
+    tx_delivered_time: Timestamp,
 }
 
 impl Sent {
@@ -137,6 +140,46 @@ struct SendState {
     sack_seen: bool,
     /// Latest transmission time among segments known delivered (RACK's clock).
     rack_ts: Option<Timestamp>,
+    /// Octets delivered (acked or `SACKed`) so far, and when the last were.
+    delivered: u64,
+    delivered_time: Timestamp,
+    /// Delivered by the ack being processed, and its most recently sent segment.
+    ack_delivered: usize,
+    ack_latest: Option<DeliveryMark>,
+}
+
+/// The send-time state of the most recently sent segment an ack delivered.
+#[derive(Debug, Clone, Copy)]
+struct DeliveryMark {
+    last_tx: Timestamp,
+    tx_delivered: u64,
+    tx_delivered_time: Timestamp,
+    retransmitted: bool,
+}
+
+impl DeliveryMark {
+    /// Keeps in `latest` whichever of it and `f` was sent last.
+    fn keep_latest(latest: &mut Option<DeliveryMark>, f: &Sent) {
+        if latest.is_none_or(|m| f.last_tx >= m.last_tx) {
+            *latest = Some(DeliveryMark {
+                last_tx: f.last_tx,
+                tx_delivered: f.tx_delivered,
+                tx_delivered_time: f.tx_delivered_time,
+                retransmitted: f.retransmitted,
+            });
+        }
+    }
+}
+
+impl SendState {
+    /// Stamps a segment about to be (re)transmitted with the delivery state.
+    fn stamp(&mut self, now: Timestamp) -> (u64, Timestamp) {
+        if self.pipe == 0 {
+            // Nothing in flight: idle time must not dilute the next rate sample.
+            self.delivered_time = now;
+        }
+        (self.delivered, self.delivered_time)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,6 +336,9 @@ impl Connection {
             CongestionAlgorithm::Cubic => {
                 Box::new(Cubic::new(cfg.max_payload, cfg.initial_window_segments))
             }
+            CongestionAlgorithm::Bbr => {
+                Box::new(Bbr::new(cfg.max_payload, cfg.initial_window_segments))
+            }
             CongestionAlgorithm::Unlimited => Box::new(Unlimited),
         };
         let isn = Seq(cfg.initial_sn);
@@ -321,6 +367,10 @@ impl Connection {
                 exhausted_count: 0,
                 sack_seen: false,
                 rack_ts: None,
+                delivered: 0,
+                delivered_time: Timestamp::ZERO,
+                ack_delivered: 0,
+                ack_latest: None,
             },
             rcv: RecvState {
                 valid: false,
@@ -732,8 +782,35 @@ impl Connection {
                 f.sacked = true;
                 ctx.stats.sacked_segments += 1;
                 self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
+                self.snd.ack_delivered += f.len as usize;
+                DeliveryMark::keep_latest(&mut self.snd.ack_latest, f);
             }
         }
+    }
+
+    /// Gives the congestion controller the delivery-rate sample of this ack.
+    fn report_delivery(&mut self, now: Timestamp) {
+        let newly = std::mem::take(&mut self.snd.ack_delivered);
+        let latest = self.snd.ack_latest.take();
+        if newly == 0 {
+            return;
+        }
+        self.snd.delivered += newly as u64;
+        self.snd.delivered_time = now;
+        let Some(mark) = latest else {
+            return;
+        };
+        self.cc.on_delivered(
+            now,
+            &DeliverySample {
+                newly_delivered: newly,
+                delivered: self.snd.delivered - mark.tx_delivered,
+                interval: now.saturating_duration_since(mark.tx_delivered_time),
+                rtt: (!mark.retransmitted).then(|| now.saturating_duration_since(mark.last_tx)),
+                prior_delivered: mark.tx_delivered,
+                total_delivered: self.snd.delivered,
+            },
+        );
     }
 
     /// SACK-based loss detection (RFC 6675's `DupThresh` rule plus RACK's
@@ -851,6 +928,7 @@ impl Connection {
             self.apply_sack(seg, ctx);
             self.detect_losses(now, ctx);
         }
+        self.report_delivery(now);
         self.snd.wnd = window;
         if overflow {
             // Window overrun: everything beyond the ack is treated as never sent.
@@ -882,6 +960,10 @@ impl Connection {
                 self.snd.lost_count -= usize::from(f.lost);
                 self.snd.exhausted_count -= usize::from(f.exhausted);
                 self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
+                if !f.sacked {
+                    self.snd.ack_delivered += f.len as usize;
+                    DeliveryMark::keep_latest(&mut self.snd.ack_latest, f);
+                }
                 self.snd.flight.pop_front();
             } else {
                 if f.sn.before(ack) {
@@ -890,6 +972,9 @@ impl Connection {
                     f.len -= cut;
                     if f.in_pipe() {
                         self.snd.pipe -= cut as usize;
+                    }
+                    if !f.sacked {
+                        self.snd.ack_delivered += cut as usize;
                     }
                 }
                 break;
@@ -1209,6 +1294,10 @@ impl Connection {
         f.retransmitted = true;
         f.last_tx = now;
         let (sn, len, deadline) = (f.sn, f.len as usize, f.deadline);
+        let (tx_delivered, tx_delivered_time) = self.snd.stamp(now);
+        let f = &mut self.snd.flight[i];
+        f.tx_delivered = tx_delivered;
+        f.tx_delivered_time = tx_delivered_time;
         self.snd.lost_count -= 1;
         self.snd.pipe += len;
         let off = sn.diff(self.snd.una) as usize;
@@ -1277,6 +1366,7 @@ impl Connection {
         }
         let sn = self.snd.nxt;
         let payload: Vec<u8> = self.snd.buf.range(sent..sent + len).copied().collect();
+        let (tx_delivered, tx_delivered_time) = self.snd.stamp(now);
         let flags = if sn == self.snd.una {
             Flags::D
         } else {
@@ -1292,6 +1382,8 @@ impl Connection {
             lost: false,
             exhausted: false,
             sacked: false,
+            tx_delivered,
+            tx_delivered_time,
         });
         self.snd.pipe += len;
         self.snd.nxt = sn.add(len as u32);

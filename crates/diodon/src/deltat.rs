@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Subcommand};
-use diodon_deltat::Config;
+use clap::{Args, Subcommand, ValueEnum};
+use diodon_deltat::{Config, CongestionAlgorithm};
 use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_io::relay::{self, Impairment, RelayStats};
 use diodon_io::MonotonicClock;
@@ -70,6 +70,39 @@ pub struct TransportArgs {
     /// Give up after this many seconds without completing.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Delta-t congestion control: `cubic` (as Linux TCP's default), `bbr`
+    /// (model-based: random loss does not shrink the window; for lossy links),
+    /// `newreno`, or `unlimited` (the thesis implementation: none).
+    #[arg(long, value_enum, default_value_t = Congestion::Cubic)]
+    pub congestion: Congestion,
+    /// Delta-t receive buffer in bytes (the largest window advertised;
+    /// above 65 535 the window field is scaled, up to 16 MiB).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub recv_buffer: usize,
+}
+
+/// `--congestion` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Congestion {
+    /// RFC 9438 CUBIC.
+    Cubic,
+    /// Model-based, after BBR v1.
+    Bbr,
+    /// RFC 5681 / 6582 `NewReno`.
+    Newreno,
+    /// No congestion control.
+    Unlimited,
+}
+
+impl From<Congestion> for CongestionAlgorithm {
+    fn from(c: Congestion) -> Self {
+        match c {
+            Congestion::Cubic => CongestionAlgorithm::Cubic,
+            Congestion::Bbr => CongestionAlgorithm::Bbr,
+            Congestion::Newreno => CongestionAlgorithm::NewReno,
+            Congestion::Unlimited => CongestionAlgorithm::Unlimited,
+        }
+    }
 }
 
 impl TransportArgs {
@@ -82,6 +115,8 @@ impl TransportArgs {
             .ok_or_else(|| anyhow!("--mtu {} leaves no room for data", self.mtu))?;
         Ok(Config {
             max_payload,
+            congestion: self.congestion.into(),
+            recv_buffer: self.recv_buffer,
             ..Config::default()
         })
     }
