@@ -22,7 +22,7 @@
 # to compare with TCP as deployed. Congestion control is compared like for like:
 # Delta-t CUBIC against TCP CUBIC (Linux's built-in default) and Delta-t BBR
 # against TCP BBR (the default this machine's kernel is configured with), set
-# per namespace with net.ipv4.tcp_congestion_control.
+# per socket with TCP_CONGESTION (`deltat send/recv --tcp-congestion`).
 #
 # Usage: scripts/bench-deltat.sh [--quick]
 # Environment: DIODON_TB (default dtbench), BIN (default: build target/release/diodon),
@@ -93,20 +93,12 @@ relay_stop() {
     RELAY_PID=""
 }
 
-tcp_cc() { # cubic|bbr: TCP congestion control inside both namespaces
-    local ns
-    for ns in "$NS_TX" "$NS_RX"; do
-        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$1"
-    done
-}
-
 PORT=9500
 # transfer proto(deltat|tcp) cc(cubic|bbr) file -> prints Mbit/s, or "fail"
 transfer() {
     local proto=$1 cc=$2 file=$3 flag
     if [[ $proto == tcp ]]; then
-        flag=--tcp
-        tcp_cc "$cc"
+        flag="--tcp --tcp-congestion=$cc"
     else
         flag="--congestion=$cc"
     fi

@@ -79,6 +79,11 @@ pub struct TransportArgs {
     /// above 65 535 the window field is scaled, up to 16 MiB).
     #[arg(long, default_value_t = 4 << 20)]
     pub recv_buffer: usize,
+    /// With `--tcp`: the socket's TCP congestion control (`TCP_CONGESTION`,
+    /// e.g. `cubic`, `bbr`); default: the kernel's. Root may pick any
+    /// available algorithm, not only `net.ipv4.tcp_allowed_congestion_control`.
+    #[arg(long)]
+    pub tcp_congestion: Option<String>,
 }
 
 /// `--congestion` values.
@@ -123,6 +128,16 @@ impl TransportArgs {
 
     fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout)
+    }
+
+    /// Applies `--tcp-congestion` (accepted sockets inherit it from a listener).
+    fn set_tcp_congestion<S: std::os::fd::AsFd>(&self, socket: &S) -> Result<()> {
+        if let Some(name) = &self.tcp_congestion {
+            socket2::SockRef::from(socket)
+                .set_tcp_congestion(name.as_bytes())
+                .with_context(|| format!("TCP congestion control {name:?}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -260,6 +275,7 @@ fn connect(to: SocketAddr, t: &TransportArgs) -> Result<Box<dyn Conn>> {
     if t.tcp {
         let s = TcpStream::connect_timeout(&to, Duration::from_secs(10))
             .with_context(|| format!("TCP connect {to}"))?;
+        t.set_tcp_congestion(&s)?;
         s.set_read_timeout(Some(t.timeout()))?;
         s.set_write_timeout(Some(t.timeout()))?;
         Ok(Box::new(s))
@@ -280,7 +296,9 @@ enum Listener {
 impl Listener {
     fn bind(addr: SocketAddr, t: &TransportArgs) -> Result<Listener> {
         Ok(if t.tcp {
-            Listener::Tcp(TcpListener::bind(addr).with_context(|| format!("TCP listen {addr}"))?)
+            let l = TcpListener::bind(addr).with_context(|| format!("TCP listen {addr}"))?;
+            t.set_tcp_congestion(&l)?;
+            Listener::Tcp(l)
         } else {
             Listener::Deltat(
                 DeltatListener::bind_with(addr, t.port, t.config(addr.is_ipv6())?)
