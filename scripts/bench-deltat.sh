@@ -27,7 +27,9 @@
 # Usage: scripts/bench-deltat.sh [--quick]
 # Environment: DIODON_TB (default dtbench), BIN (default: build target/release/diodon),
 #   SIZE1_MB (scenario 1, default 5), SIZE_LOSS_MB (scenarios 2 and 3, default 2),
-#   TIMEOUT (seconds per transfer, default 240), OUT (CSV, default bench-deltat.csv).
+#   TIMEOUT (seconds per transfer, default 240), OUT (CSV, default bench-deltat.csv),
+#   RUNS (transfers per protocol and point, default 1; the table gives their mean,
+#   "fail" if any failed), SCENARIOS (default "1 2 3").
 # Needs root. Prints CSV rows and a Markdown table.
 set -euo pipefail
 
@@ -39,6 +41,8 @@ NS_RX="$TB-rx"
 SIZE1_MB=${SIZE1_MB:-5}
 SIZE_LOSS_MB=${SIZE_LOSS_MB:-2}
 TIMEOUT=${TIMEOUT:-240}
+RUNS=${RUNS:-1}
+SCENARIOS=${SCENARIOS:-1 2 3}
 OUT=${OUT:-bench-deltat.csv}
 QUICK=no
 [[ ${1:-} == --quick ]] && QUICK=yes
@@ -119,6 +123,20 @@ transfer() {
     rm -f "$WORK/out.bin"
 }
 
+# mean of the transfers of one protocol at one point ("fail" if any failed)
+mean_of() {
+    awk '{ if ($1 == "fail") bad = 1; else { s += $1; n++ } }
+         END { if (bad || n == 0) print "fail"; else printf "%.3f", s / n }'
+}
+
+# repeated proto cc file -> mean Mbit/s over RUNS transfers
+repeated() {
+    local i
+    for i in $(seq "$RUNS"); do
+        transfer "$1" "$2" "$3"
+    done | mean_of
+}
+
 ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (a == "fail" || b == "fail" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
 }
@@ -129,10 +147,10 @@ point() { # scenario rtt loss file size_mb
     local sc=$1 rtt=$2 loss=$3 file=$4 size=$5 seed=$((1000 + ${#ROWS[@]}))
     relay_start "$rtt" "$loss" "$seed"
     local dc tc db tb rc rb
-    dc=$(transfer deltat cubic "$file")
-    tc=$(transfer tcp cubic "$file")
-    db=$(transfer deltat bbr "$file")
-    tb=$(transfer tcp bbr "$file")
+    dc=$(repeated deltat cubic "$file")
+    tc=$(repeated tcp cubic "$file")
+    db=$(repeated deltat bbr "$file")
+    tb=$(repeated tcp bbr "$file")
     relay_stop
     rc=$(ratio "$dc" "$tc")
     rb=$(ratio "$db" "$tb")
@@ -145,9 +163,14 @@ if [[ $QUICK == yes ]]; then
 else
     S1_RTT="50 100 200 500"; S2_RTT="50 100 200"; S3_LOSS="0 1 2 5 10 20"
 fi
-for rtt in $S1_RTT; do point 1 "$rtt" 0 "$WORK/s1.bin" "$SIZE1_MB"; done
-for rtt in $S2_RTT; do point 2 "$rtt" 5 "$WORK/loss.bin" "$SIZE_LOSS_MB"; done
-for loss in $S3_LOSS; do point 3 50 "$loss" "$WORK/loss.bin" "$SIZE_LOSS_MB"; done
+for sc in $SCENARIOS; do
+    case $sc in
+        1) for rtt in $S1_RTT; do point 1 "$rtt" 0 "$WORK/s1.bin" "$SIZE1_MB"; done ;;
+        2) for rtt in $S2_RTT; do point 2 "$rtt" 5 "$WORK/loss.bin" "$SIZE_LOSS_MB"; done ;;
+        3) for loss in $S3_LOSS; do point 3 50 "$loss" "$WORK/loss.bin" "$SIZE_LOSS_MB"; done ;;
+        *) echo "bench-deltat: unknown scenario $sc" >&2; exit 2 ;;
+    esac
+done
 
 echo
 echo "| scenario | RTT ms | loss % | MB | Delta-t CUBIC Mbit/s | TCP CUBIC Mbit/s | ratio | Delta-t BBR Mbit/s | TCP BBR Mbit/s | ratio |"

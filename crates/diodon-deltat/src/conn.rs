@@ -825,7 +825,7 @@ impl Connection {
             .map_or(Duration::from_millis(1), |s| s / 8)
             .max(Duration::from_millis(1));
         let thresh = ctx.s.cfg.dup_ack_threshold;
-        let pipe_before = self.snd.pipe;
+        let flight_size = self.flight_size();
         let mut sacked_above = 0u32;
         let mut marked = 0u64;
         for i in (0..self.snd.flight.len()).rev() {
@@ -849,7 +849,7 @@ impl Connection {
             if self.snd.recover.is_none() {
                 ctx.stats.fast_retransmits += 1;
                 self.snd.recover = Some(self.snd.nxt);
-                self.cc.on_congestion_event(now, pipe_before);
+                self.cc.on_congestion_event(now, flight_size);
             }
         }
     }
@@ -916,7 +916,7 @@ impl Connection {
             self.snd.dup_acks += 1;
             if self.snd.dup_acks == ctx.s.cfg.dup_ack_threshold && self.snd.recover.is_none() {
                 ctx.stats.fast_retransmits += 1;
-                let in_flight = self.bytes_in_flight();
+                let in_flight = self.flight_size();
                 if !self.snd.flight.is_empty() {
                     Self::mark_lost(&mut self.snd, 0);
                 }
@@ -1029,8 +1029,15 @@ impl Connection {
 
     // ---- timers -------------------------------------------------------------
 
+    /// Octets in the pipe: sent, not acked, `SACKed`, lost or exhausted.
     fn bytes_in_flight(&self) -> usize {
         self.snd.pipe
+    }
+
+    /// RFC 5681's `FlightSize`: sent and not yet cumulatively acked (`SACKed`
+    /// octets included), the base of a window reduction.
+    fn flight_size(&self) -> usize {
+        usize::try_from(self.snd.nxt.diff(self.snd.una)).unwrap_or(0)
     }
 
     fn blocked(&self) -> bool {
@@ -1124,8 +1131,7 @@ impl Connection {
             return;
         }
         ctx.stats.rto_expirations += 1;
-        self.cc
-            .on_retransmission_timeout(now, self.bytes_in_flight());
+        self.cc.on_retransmission_timeout(now, self.flight_size());
         self.rtt.back_off();
         for f in &mut self.snd.flight {
             f.lost = !f.exhausted && !f.sacked;
