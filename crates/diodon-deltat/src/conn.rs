@@ -735,6 +735,30 @@ impl Connection {
         self.snd.exhausted_count = exhausted;
     }
 
+    /// Whether the incremental scoreboard counters equal a recount, and the
+    /// flight is in SN order (checked by fuzzing and the simulator tests).
+    pub fn scoreboard_consistent(&self) -> bool {
+        let (mut pipe, mut lost, mut exhausted) = (0, 0, 0);
+        for f in &self.snd.flight {
+            if f.in_pipe() {
+                pipe += f.len as usize;
+            }
+            lost += usize::from(f.lost);
+            exhausted += usize::from(f.exhausted);
+        }
+        let ordered = self
+            .snd
+            .flight
+            .iter()
+            .zip(self.snd.flight.iter().skip(1))
+            .all(|(a, b)| !b.sn.before(a.sn.add(a.len)));
+        ordered
+            && pipe == self.snd.pipe
+            && lost == self.snd.lost_count
+            && exhausted == self.snd.exhausted_count
+            && self.rcv.ooo_len == self.rcv.ooo.values().map(Vec::len).sum::<usize>()
+    }
+
     /// Marks `f` lost (it leaves the pipe until retransmitted).
     fn mark_lost(snd: &mut SendState, i: usize) {
         let f = &mut snd.flight[i];
@@ -1085,7 +1109,7 @@ impl Connection {
             // R4: receive state back to defaults.
             ctx.stats.rtimer_expirations += 1;
             self.rcv.valid = false;
-            self.rcv.ooo.clear();
+            self.rcv.clear_ooo();
             self.rcv.rdv = RecvRdv::None;
             self.timers.stop(Timer::ReliableAck as usize);
             ctx.events

@@ -511,6 +511,18 @@ impl Endpoint {
         }
     }
 
+    /// Panics if a connection's loss-recovery bookkeeping disagrees with a
+    /// recount. For fuzzing and simulator tests; not needed in production.
+    #[doc(hidden)]
+    pub fn assert_consistent(&self) {
+        for (id, c) in &self.conns {
+            assert!(
+                c.scoreboard_consistent(),
+                "connection {id}: scoreboard counters drifted"
+            );
+        }
+    }
+
     /// Next datagram to send.
     pub fn poll_transmit(&mut self, now: Timestamp) -> Option<(SocketAddr, Vec<u8>)> {
         if let Some(t) = self.out.pop_front() {

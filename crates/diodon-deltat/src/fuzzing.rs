@@ -114,10 +114,11 @@ fn endpoint(data: &[u8]) {
         let mut segment = chunk.to_vec();
         segment.resize(len, 0);
         if control & 1 == 1 {
-            // Listened port, version 0, lifetime >= 1 and a deadline that
+            // Listened port, version 0 (any flags, W included: SACK blocks
+            // and scaled windows reach the scoreboard), lifetime >= 1 and a deadline that
             // has not passed, so the segment reaches the connection logic.
             segment[2..4].copy_from_slice(&LISTEN_PORT.to_be_bytes());
-            segment[16] &= 0b0011_1110;
+            segment[16] &= 0b0011_1111;
             segment[17] = segment[17].max(1);
             let deadline = wall.deadline(now, Lifetime::from_secs(1).expect("non-zero"));
             segment[12..16].copy_from_slice(&deadline.ms().to_be_bytes());
@@ -130,6 +131,7 @@ fn endpoint(data: &[u8]) {
         assert_eq!(ep.stats().datagrams_in, fed, "every datagram is counted");
         ep.handle_timeout(now);
         while ep.poll_transmit(now).is_some() {}
+        ep.assert_consistent();
         while let Some(event) = ep.poll_event() {
             if let Event::Readable(h) = event {
                 let _ = ep.read(h, &mut buf);

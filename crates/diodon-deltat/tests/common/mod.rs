@@ -198,6 +198,8 @@ impl Sim {
         }
         self.a.handle_timeout(self.now);
         self.b.handle_timeout(self.now);
+        self.a.assert_consistent();
+        self.b.assert_consistent();
         true
     }
 }
