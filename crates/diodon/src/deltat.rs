@@ -257,6 +257,10 @@ pub fn run(args: &DeltatArgs) -> Result<u8> {
 trait Conn: Read + Write + Send {
     /// Bounds blocking writes and flushes.
     fn set_write_limit(&mut self, d: Duration);
+    /// The transport's counters, for a failure report (Delta-t only).
+    fn counters(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Conn for TcpStream {
@@ -269,6 +273,18 @@ impl Conn for DeltatStream {
     fn set_write_limit(&mut self, d: Duration) {
         self.set_write_timeout(Some(d));
     }
+
+    fn counters(&self) -> Option<String> {
+        Some(format!("{:?}", self.stats()))
+    }
+}
+
+/// Adds the transport's counters to a failed transfer's error.
+fn with_counters<T>(conn: &dyn Conn, r: Result<T>) -> Result<T> {
+    r.map_err(|e| match conn.counters() {
+        Some(c) => e.context(format!("delta-t counters at failure: {c}")),
+        None => e,
+    })
 }
 
 fn connect(to: SocketAddr, t: &TransportArgs) -> Result<Box<dyn Conn>> {
@@ -339,6 +355,17 @@ fn send(a: &SendArgs) -> Result<u8> {
     let mut input = BufReader::with_capacity(CHUNK, file);
     let clock = MonotonicClock::new();
     let mut conn = connect(a.to, &a.t)?;
+    let r = send_over(a, &mut *conn, &mut input, len, &clock);
+    with_counters(&*conn, r)
+}
+
+fn send_over(
+    a: &SendArgs,
+    conn: &mut dyn Conn,
+    input: &mut impl Read,
+    len: u64,
+    clock: &MonotonicClock,
+) -> Result<u8> {
     let start = clock.now();
     let mut header = Vec::with_capacity(12);
     header.extend_from_slice(MAGIC);
@@ -386,6 +413,11 @@ fn send(a: &SendArgs) -> Result<u8> {
 fn recv(a: &RecvArgs) -> Result<u8> {
     let listener = Listener::bind(a.listen, &a.t)?;
     let (mut conn, peer) = listener.accept(&a.t)?;
+    let r = recv_over(a, &mut *conn, peer);
+    with_counters(&*conn, r)
+}
+
+fn recv_over(a: &RecvArgs, conn: &mut dyn Conn, peer: SocketAddr) -> Result<u8> {
     let clock = MonotonicClock::new();
     let start = clock.now();
     let mut header = [0u8; 12];
