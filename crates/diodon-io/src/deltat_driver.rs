@@ -51,6 +51,9 @@ struct Inner {
     ep: Endpoint,
     /// A fatal socket error seen by the driver; every call returns it.
     io_error: Option<(io::ErrorKind, String)>,
+    /// Segments the kernel refused to queue (`ENOBUFS`, `EAGAIN`): lost
+    /// before the link. Data is retransmitted by the core; acks are not.
+    send_drops: u64,
 }
 
 struct Shared {
@@ -74,13 +77,14 @@ impl Shared {
         let now = self.clock.now();
         while let Some((to, bytes)) = inner.ep.poll_transmit(now) {
             if let Err(e) = self.socket.send_to(&bytes, to) {
-                // ENOBUFS/EAGAIN: the segment counts as lost; the core retransmits.
-                if !matches!(
+                if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) && e.raw_os_error() != Some(libc::ENOBUFS)
-                    && e.raw_os_error() != Some(libc::ECONNREFUSED)
+                ) || e.raw_os_error() == Some(libc::ENOBUFS)
                 {
+                    // A full device queue: the segment is lost, and counted.
+                    inner.send_drops += 1;
+                } else if e.raw_os_error() != Some(libc::ECONNREFUSED) {
                     inner.io_error = Some((e.kind(), format!("send_to {to}: {e}")));
                 }
             }
@@ -117,7 +121,11 @@ impl Driver {
         set_socket_buffers(&socket, SOCKET_BUFFER);
         socket.set_read_timeout(Some(MAX_IDLE))?;
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner { ep, io_error: None }),
+            inner: Mutex::new(Inner {
+                ep,
+                io_error: None,
+                send_drops: 0,
+            }),
             cond: Condvar::new(),
             socket,
             clock,
@@ -420,6 +428,11 @@ impl DeltatStream {
     /// Endpoint counters (shared by every connection of this socket).
     pub fn stats(&self) -> Stats {
         self.driver.shared.lock().ep.stats().clone()
+    }
+
+    /// Segments this socket's kernel queue refused (counted, not retried here).
+    pub fn send_drops(&self) -> u64 {
+        self.driver.shared.lock().send_drops
     }
 
     /// Blocks on the driver's condition until `f` yields a value, the
