@@ -29,7 +29,8 @@
 #   SIZE1_MB (scenario 1, default 5), SIZE_LOSS_MB (scenarios 2 and 3, default 2),
 #   TIMEOUT (seconds per transfer, default 240), OUT (CSV, default bench-deltat.csv),
 #   RUNS (transfers per protocol and point, default 1; the table gives their mean,
-#   "fail" if any failed), SCENARIOS (default "1 2 3").
+#   "fail" if any failed), SCENARIOS (default "1 2 3"), S1_RTT, S2_RTT, S3_LOSS
+#   (the points of each scenario, space-separated).
 # Needs root. Prints CSV rows and a Markdown table.
 set -euo pipefail
 
@@ -108,17 +109,22 @@ transfer() {
     fi
     PORT=$((PORT + 1))
     timeout "$((TIMEOUT + 20))" ip netns exec "$NS_RX" "$BIN" deltat recv $flag --timeout "$TIMEOUT" \
-        --listen "10.78.0.2:$PORT" --out "$WORK/out.bin" >"$WORK/recv.json" 2>>"$WORK/recv.log" &
+        --listen "10.78.0.2:$PORT" --out "$WORK/out.bin" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local rpid=$!
     sleep 0.3
     local line rc=0
     line=$(timeout "$TIMEOUT" ip netns exec "$NS_TX" "$BIN" deltat send $flag --timeout "$TIMEOUT" \
-        "$file" --to "10.78.0.2:$PORT" 2>>"$WORK/send.log") || rc=$?
+        "$file" --to "10.78.0.2:$PORT" 2>"$WORK/send.log") || rc=$?
     wait "$rpid" || rc=$((rc ? rc : 10))
     if [[ $rc -eq 0 ]] && cmp -s "$file" "$WORK/out.bin" && [[ $line == *'"verified":true'* ]]; then
         sed -E 's/.*"mbit_s":([0-9.]+).*/\1/' <<<"$line"
     else
         echo fail
+        # Say why on the bench's stderr: exit codes, both sides' last words.
+        {
+            echo "bench-deltat: $proto/$cc transfer failed (rc $rc): send: $line"
+            tail -n 3 "$WORK/send.log" "$WORK/recv.log" "$WORK/recv.json"
+        } >&2
     fi
     rm -f "$WORK/out.bin"
 }
@@ -159,9 +165,9 @@ point() { # scenario rtt loss file size_mb
 }
 
 if [[ $QUICK == yes ]]; then
-    S1_RTT="50 200"; S2_RTT="50"; S3_LOSS="0 20"
+    S1_RTT=${S1_RTT:-50 200}; S2_RTT=${S2_RTT:-50}; S3_LOSS=${S3_LOSS:-0 20}
 else
-    S1_RTT="50 100 200 500"; S2_RTT="50 100 200"; S3_LOSS="0 1 2 5 10 20"
+    S1_RTT=${S1_RTT:-50 100 200 500}; S2_RTT=${S2_RTT:-50 100 200}; S3_LOSS=${S3_LOSS:-0 1 2 5 10 20}
 fi
 for sc in $SCENARIOS; do
     case $sc in

@@ -194,3 +194,124 @@ fn bbr_is_not_slowed_by_random_loss() {
         "BBR {bbr_time:?} vs CUBIC {cubic_time:?}"
     );
 }
+
+/// The `deltat send/recv` exchange end to end: A writes the data, B reads it
+/// (slowly: at most `read_per_step` octets per 1 ms step, so windows close
+/// and reopen), answers one verdict octet, waits until it is acknowledged and
+/// goes away; A must get the verdict. Returns the virtual time A needed.
+fn verdict_exchange(
+    cfg: &Config,
+    seed: u64,
+    total: usize,
+    link: LinkConfig,
+    read_per_step: usize,
+) -> Duration {
+    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    b.listen(2).expect("listen");
+    let mut sim = Sim::new(a, b, Link::new(seed, link));
+    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    let (mut written, mut read) = (0, 0);
+    let mut rx = None;
+    let mut verdict_sent = false;
+    let mut b_gone = false;
+    let mut buf = vec![0u8; read_per_step.clamp(1, 1 << 20)];
+    let mut one = [0u8; 1];
+    loop {
+        assert!(
+            sim.now.as_millis() < 600_000,
+            "seed {seed}: no verdict: read {read}/{total} written {written} b_gone {b_gone}\na {:?}\nb {:?}",
+            sim.a.stats(),
+            sim.b.stats()
+        );
+        if let Ok(Some(e)) = sim.a.error(h) {
+            panic!(
+                "seed {seed}: sender failed: {e}\na {:?}\nb {:?}",
+                sim.a.stats(),
+                sim.b.stats()
+            );
+        }
+        while written < total {
+            let end = (written + 65_536).min(total);
+            let chunk: Vec<u8> = (written..end).map(|i| pattern(1, i)).collect();
+            match sim.a.write(h, &chunk) {
+                Ok(n) => written += n,
+                Err(Error::WouldBlock) => break,
+                Err(e) => panic!("seed {seed}: write: {e}"),
+            }
+        }
+        if written == total {
+            match sim.a.read(h, &mut one) {
+                Ok(1) => {
+                    return sim
+                        .now
+                        .saturating_duration_since(diodon_proto::Timestamp::ZERO)
+                }
+                Ok(_) | Err(Error::WouldBlock) => {}
+                Err(e) => panic!("seed {seed}: read verdict: {e}"),
+            }
+        }
+        if !b_gone {
+            if rx.is_none() {
+                rx = sim.b.accept();
+            }
+            if let Some(r) = rx {
+                if read < total {
+                    let want = buf.len().min(total - read);
+                    match sim.b.read(r, &mut buf[..want]) {
+                        Ok(n) => {
+                            for (k, byte) in buf[..n].iter().enumerate() {
+                                assert_eq!(*byte, pattern(1, read + k), "seed {seed}");
+                            }
+                            read += n;
+                        }
+                        Err(Error::WouldBlock) => {}
+                        Err(e) => panic!("seed {seed}: read: {e}"),
+                    }
+                } else if !verdict_sent {
+                    assert_eq!(sim.b.write(r, &[1]).expect("verdict"), 1);
+                    verdict_sent = true;
+                } else if sim.b.unacked(r).expect("handle") == 0 {
+                    // The receiver process exits: its endpoint is gone.
+                    b_gone = true;
+                    sim.b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+                }
+            }
+        }
+        sim.step(Duration::from_millis(1));
+    }
+}
+
+/// The CLI's exchange survives slow readers (zero windows, rendezvous,
+/// window updates), jitter and loss with every controller; the receiver
+/// leaving once its verdict is acknowledged never strands the sender.
+#[test]
+fn verdict_exchange_completes_with_slow_readers_and_loss() {
+    // DELTAT_SWEEP=N runs N seeds instead of 24 (a longer local search).
+    let seeds: u64 = std::env::var("DELTAT_SWEEP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(24);
+    for seed in 0..seeds {
+        let congestion = [
+            CongestionAlgorithm::Cubic,
+            CongestionAlgorithm::Bbr,
+            CongestionAlgorithm::NewReno,
+        ][(seed % 3) as usize];
+        let cfg = Config {
+            congestion,
+            recv_buffer: [4 << 20, 200_000, 65_535][(seed / 3 % 3) as usize],
+            ..default_config()
+        };
+        let link = LinkConfig {
+            loss: [0.0, 0.005, 0.02][(seed / 9 % 3) as usize],
+            delay: Duration::from_millis(10 + seed * 7 % 250),
+            jitter: Duration::from_millis(seed % 4),
+            reorder: 0.0,
+            duplicate: 0.0,
+            corrupt: 0.0,
+        };
+        let read_per_step = [usize::MAX / 2, 2_000, 50_000][(seed % 3) as usize];
+        verdict_exchange(&cfg, seed, 1_000_000, link, read_per_step);
+    }
+}
