@@ -720,8 +720,8 @@ impl Connection {
         self.snd.exhausted_count = 0;
     }
 
-    /// Recounts the pipe, lost and exhausted segments after bulk changes.
-    fn rescan(&mut self) {
+    /// Pipe octets, lost and exhausted segments, counted from the flight.
+    fn recount(&self) -> (usize, usize, usize) {
         let (mut pipe, mut lost, mut exhausted) = (0, 0, 0);
         for f in &self.snd.flight {
             if f.in_pipe() {
@@ -730,22 +730,18 @@ impl Connection {
             lost += usize::from(f.lost);
             exhausted += usize::from(f.exhausted);
         }
-        self.snd.pipe = pipe;
-        self.snd.lost_count = lost;
-        self.snd.exhausted_count = exhausted;
+        (pipe, lost, exhausted)
+    }
+
+    /// Recounts the pipe, lost and exhausted segments after bulk changes.
+    fn rescan(&mut self) {
+        (self.snd.pipe, self.snd.lost_count, self.snd.exhausted_count) = self.recount();
     }
 
     /// Whether the incremental scoreboard counters equal a recount, and the
     /// flight is in SN order (checked by fuzzing and the simulator tests).
     pub fn scoreboard_consistent(&self) -> bool {
-        let (mut pipe, mut lost, mut exhausted) = (0, 0, 0);
-        for f in &self.snd.flight {
-            if f.in_pipe() {
-                pipe += f.len as usize;
-            }
-            lost += usize::from(f.lost);
-            exhausted += usize::from(f.exhausted);
-        }
+        let (pipe, lost, exhausted) = self.recount();
         let ordered = self
             .snd
             .flight

@@ -11,7 +11,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{addr, pattern, Link, LinkConfig, Sim, ADDR_B};
+use common::{
+    addr, one_way_transfer, pattern, write_pattern, Link, LinkConfig, Outcome, Sim, ADDR_B,
+};
 use diodon_deltat::{Config, CongestionAlgorithm, Endpoint, Error, WallClock};
 
 /// The thesis's connection: what the kernel module of 2022 could do.
@@ -34,82 +36,18 @@ fn default_config() -> Config {
     }
 }
 
-struct Outcome {
-    elapsed: Duration,
-    a: diodon_deltat::Stats,
-}
-
-/// Sends `total` octets A→B over a link with `delay` each way and `loss` on
-/// the data direction's datagrams (and on acks), checks every byte, and
-/// returns the virtual time from the first write to the last byte read.
+/// A transfer over a link with `delay` each way and `loss` in both directions
+/// (no jitter, reordering or corruption: the comparisons stay clean).
 fn transfer(cfg: &Config, seed: u64, total: usize, delay: Duration, loss: f64) -> Outcome {
-    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    b.listen(2).expect("listen");
-    let link = Link::new(
-        seed,
-        LinkConfig {
-            loss,
-            delay,
-            jitter: Duration::ZERO,
-            reorder: 0.0,
-            duplicate: 0.0,
-            corrupt: 0.0,
-        },
-    );
-    let mut sim = Sim::new(a, b, link);
-    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
-    let (mut written, mut read) = (0, 0);
-    let mut rx = None;
-    let mut buf = vec![0u8; 1 << 20];
-    while read < total {
-        if let Ok(Some(e)) = sim.a.error(h) {
-            panic!(
-                "seed {seed}: connection failed at {:?}: {e}\na {:?}",
-                sim.now,
-                sim.a.stats()
-            );
-        }
-        assert!(
-            sim.now.as_millis() < 3_600_000,
-            "seed {seed}: stalled at read {read} written {written}: a {:?} b {:?}",
-            sim.a.stats(),
-            sim.b.stats()
-        );
-        while written < total {
-            let end = (written + 65_536).min(total);
-            let chunk: Vec<u8> = (written..end).map(|i| pattern(1, i)).collect();
-            match sim.a.write(h, &chunk) {
-                Ok(n) => written += n,
-                Err(Error::WouldBlock) => break,
-                Err(e) => panic!("seed {seed}: write: {e}"),
-            }
-        }
-        if rx.is_none() {
-            rx = sim.b.accept();
-        }
-        if let Some(r) = rx {
-            loop {
-                match sim.b.read(r, &mut buf) {
-                    Ok(n) => {
-                        for (k, byte) in buf[..n].iter().enumerate() {
-                            assert_eq!(*byte, pattern(1, read + k), "seed {seed}");
-                        }
-                        read += n;
-                    }
-                    Err(Error::WouldBlock) => break,
-                    Err(e) => panic!("seed {seed}: read: {e}"),
-                }
-            }
-        }
-        sim.step(Duration::from_millis(50));
-    }
-    Outcome {
-        elapsed: sim
-            .now
-            .saturating_duration_since(diodon_proto::Timestamp::ZERO),
-        a: sim.a.stats().clone(),
-    }
+    let link = LinkConfig {
+        loss,
+        delay,
+        jitter: Duration::ZERO,
+        reorder: 0.0,
+        duplicate: 0.0,
+        corrupt: 0.0,
+    };
+    one_way_transfer(cfg, seed, total, link).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Without loss on a 100 ms round trip, the scaled window lets slow start run
@@ -231,15 +169,7 @@ fn verdict_exchange(
                 sim.b.stats()
             );
         }
-        while written < total {
-            let end = (written + 65_536).min(total);
-            let chunk: Vec<u8> = (written..end).map(|i| pattern(1, i)).collect();
-            match sim.a.write(h, &chunk) {
-                Ok(n) => written += n,
-                Err(Error::WouldBlock) => break,
-                Err(e) => panic!("seed {seed}: write: {e}"),
-            }
-        }
+        write_pattern(&mut sim.a, h, &mut written, total);
         if written == total {
             match sim.a.read(h, &mut one) {
                 Ok(1) => {

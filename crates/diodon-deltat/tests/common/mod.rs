@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use diodon_deltat::Endpoint;
+use diodon_deltat::{Config, ConnHandle, Endpoint, Error, Stats, WallClock};
 use diodon_proto::Timestamp;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -209,4 +209,82 @@ pub fn pattern(stream: u64, i: usize) -> u8 {
     let x =
         (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03);
     (x >> 56) as u8
+}
+
+/// Writes stream 1's bytes `written..total` as far as the send buffer takes them.
+pub fn write_pattern(ep: &mut Endpoint, h: ConnHandle, written: &mut usize, total: usize) {
+    while *written < total {
+        let end = (*written + 65_536).min(total);
+        let chunk: Vec<u8> = (*written..end).map(|i| pattern(1, i)).collect();
+        match ep.write(h, &chunk) {
+            Ok(n) => *written += n,
+            Err(Error::WouldBlock) => break,
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+}
+
+/// What a one-way transfer measured.
+pub struct Outcome {
+    /// Virtual time from the first write to the last byte read.
+    pub elapsed: Duration,
+    /// The sender's counters.
+    pub a: Stats,
+}
+
+/// Sends `total` octets A→B over a seeded `link`, checks every byte read,
+/// and returns the virtual time it took; `Err` (with the counters) when the
+/// connection fails. Panics if it stalls for an hour of virtual time.
+pub fn one_way_transfer(
+    cfg: &Config,
+    seed: u64,
+    total: usize,
+    link: LinkConfig,
+) -> Result<Outcome, String> {
+    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    b.listen(2).expect("listen");
+    let mut sim = Sim::new(a, b, Link::new(seed, link));
+    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    let (mut written, mut read) = (0, 0);
+    let mut rx = None;
+    let mut buf = vec![0u8; 1 << 20];
+    while read < total {
+        if let Ok(Some(e)) = sim.a.error(h) {
+            return Err(format!(
+                "seed {seed}: failed at {:?}: {e}; a {:?}",
+                sim.now,
+                sim.a.stats()
+            ));
+        }
+        assert!(
+            sim.now.as_millis() < 3_600_000,
+            "seed {seed}: stalled at read {read} written {written}: a {:?} b {:?}",
+            sim.a.stats(),
+            sim.b.stats()
+        );
+        write_pattern(&mut sim.a, h, &mut written, total);
+        if rx.is_none() {
+            rx = sim.b.accept();
+        }
+        if let Some(r) = rx {
+            loop {
+                match sim.b.read(r, &mut buf) {
+                    Ok(n) => {
+                        for (k, byte) in buf[..n].iter().enumerate() {
+                            assert_eq!(*byte, pattern(1, read + k), "seed {seed}");
+                        }
+                        read += n;
+                    }
+                    Err(Error::WouldBlock) => break,
+                    Err(e) => return Err(format!("seed {seed}: read: {e}")),
+                }
+            }
+        }
+        sim.step(Duration::from_millis(50));
+    }
+    Ok(Outcome {
+        elapsed: sim.now.saturating_duration_since(Timestamp::ZERO),
+        a: sim.a.stats().clone(),
+    })
 }
