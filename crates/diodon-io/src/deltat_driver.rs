@@ -14,6 +14,10 @@
 //! App calls flush `poll_transmit` themselves right after changing the state,
 //! so new data leaves at once; the driver thread wakes at least every
 //! [`MAX_IDLE`] so a timer armed by an app call is never late by more than that.
+//! When the kernel refuses a datagram because a device queue is full
+//! (`ENOBUFS`), the driver holds it and sends it first once the queue has
+//! drained (retrying every 100 µs) instead of dropping it: a sender's own
+//! burst must not turn into loss, or acks into silence.
 //!
 //! Delta-t has no FIN: [`Write::flush`] blocks until every written byte is
 //! **acknowledged** (or fails with the connection's error), and applications
@@ -47,13 +51,19 @@ const MS_PER_DAY: u64 = 86_400_000;
 /// Socket buffer size asked for (the kernel may clamp it).
 const SOCKET_BUFFER: usize = 4 << 20;
 
+/// How soon the driver retries a segment the kernel's queue refused.
+const HELD_RETRY: Duration = Duration::from_micros(100);
+
 struct Inner {
     ep: Endpoint,
     /// A fatal socket error seen by the driver; every call returns it.
     io_error: Option<(io::ErrorKind, String)>,
-    /// Segments the kernel refused to queue (`ENOBUFS`, `EAGAIN`): lost
-    /// before the link. Data is retransmitted by the core; acks are not.
-    send_drops: u64,
+    /// A segment the kernel refused to queue (`ENOBUFS`, `EAGAIN`: the
+    /// device queue is full). Held and sent first when the queue drains:
+    /// backpressure, not loss (nothing is dropped inside our pipeline).
+    held: Option<(SocketAddr, Vec<u8>)>,
+    /// Times a send was refused and held for a retry.
+    send_retries: u64,
 }
 
 struct Shared {
@@ -72,18 +82,20 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sends everything the endpoint has queued.
+    /// Sends everything the endpoint has queued, the held segment first;
+    /// stops (holding the segment) when the kernel's queue is full.
     fn flush_out(&self, inner: &mut Inner) {
         let now = self.clock.now();
-        while let Some((to, bytes)) = inner.ep.poll_transmit(now) {
+        while let Some((to, bytes)) = inner.held.take().or_else(|| inner.ep.poll_transmit(now)) {
             if let Err(e) = self.socket.send_to(&bytes, to) {
                 if matches!(
                     e.kind(),
                     io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                 ) || e.raw_os_error() == Some(libc::ENOBUFS)
                 {
-                    // A full device queue: the segment is lost, and counted.
-                    inner.send_drops += 1;
+                    inner.send_retries += 1;
+                    inner.held = Some((to, bytes));
+                    break;
                 } else if e.raw_os_error() != Some(libc::ECONNREFUSED) {
                     inner.io_error = Some((e.kind(), format!("send_to {to}: {e}")));
                 }
@@ -124,7 +136,8 @@ impl Driver {
             inner: Mutex::new(Inner {
                 ep,
                 io_error: None,
-                send_drops: 0,
+                held: None,
+                send_retries: 0,
             }),
             cond: Condvar::new(),
             socket,
@@ -223,10 +236,14 @@ fn run(s: &Shared) {
             s.cond.notify_all();
         }
         s.flush_out(&mut g);
-        let wait = g.ep.poll_timeout().map_or(MAX_IDLE, |t| {
+        let mut wait = g.ep.poll_timeout().map_or(MAX_IDLE, |t| {
             t.saturating_duration_since(s.clock.now())
                 .clamp(Duration::from_micros(100), MAX_IDLE)
         });
+        if g.held.is_some() {
+            // The device queue drains within microseconds: retry soon.
+            wait = HELD_RETRY;
+        }
         drop(g);
         if last_timeout != Some(wait) {
             let _ = s.socket.set_read_timeout(Some(wait));
@@ -430,9 +447,10 @@ impl DeltatStream {
         self.driver.shared.lock().ep.stats().clone()
     }
 
-    /// Segments this socket's kernel queue refused (counted, not retried here).
-    pub fn send_drops(&self) -> u64 {
-        self.driver.shared.lock().send_drops
+    /// Times the kernel's queue refused a segment, which was then held and
+    /// sent again once it drained (never dropped).
+    pub fn send_retries(&self) -> u64 {
+        self.driver.shared.lock().send_retries
     }
 
     /// Blocks on the driver's condition until `f` yields a value, the

@@ -276,9 +276,9 @@ impl Conn for DeltatStream {
 
     fn counters(&self) -> Option<String> {
         Some(format!(
-            "{:?}, socket send drops {}",
+            "{:?}, socket send retries {}",
             self.stats(),
-            self.send_drops()
+            self.send_retries()
         ))
     }
 }
