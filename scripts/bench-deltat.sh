@@ -167,7 +167,7 @@ point() { # scenario rtt loss file size_mb
 if [[ $QUICK == yes ]]; then
     S1_RTT=${S1_RTT:-50 200}; S2_RTT=${S2_RTT:-50}; S3_LOSS=${S3_LOSS:-0 20}
 else
-    S1_RTT=${S1_RTT:-50 100 200 500}; S2_RTT=${S2_RTT:-50 100 200}; S3_LOSS=${S3_LOSS:-0 1 2 5 10 20}
+    S1_RTT=${S1_RTT:-50 100 200 300 400 500}; S2_RTT=${S2_RTT:-50 100 200}; S3_LOSS=${S3_LOSS:-0 1 2 5 10 20}
 fi
 for sc in $SCENARIOS; do
     case $sc in
