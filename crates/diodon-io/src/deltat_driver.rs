@@ -96,7 +96,11 @@ impl Shared {
                     inner.send_retries += 1;
                     inner.held = Some((to, bytes));
                     break;
-                } else if e.raw_os_error() != Some(libc::ECONNREFUSED) {
+                } else if is_transient(&e) {
+                    // An ICMP error reported on this send; the datagram may
+                    // not have left: the core's retransmission covers it.
+                    drain_error_queue(&self.socket);
+                } else {
                     inner.io_error = Some((e.kind(), format!("send_to {to}: {e}")));
                 }
             }
@@ -131,6 +135,7 @@ impl Driver {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let socket = UdpSocket::bind(bind)?;
         set_socket_buffers(&socket, SOCKET_BUFFER);
+        set_recverr(&socket, bind.is_ipv6());
         socket.set_read_timeout(Some(MAX_IDLE))?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -197,6 +202,92 @@ fn set_socket_buffers(socket: &UdpSocket, bytes: usize) {
     }
 }
 
+/// Turns on `IP_RECVERR`/`IPV6_RECVERR`: without it the kernel swallows
+/// `ENOBUFS` from a full device queue (counting `SndbufErrors`) and the
+/// datagram is gone; with it `send_to` reports the error and the driver
+/// holds the datagram. ICMP errors then arrive too: [`is_transient`] errors
+/// are not fatal, and [`drain_error_queue`] empties the queue they fill.
+#[expect(unsafe_code, reason = "setsockopt(2) has no safe std wrapper")]
+fn set_recverr(socket: &UdpSocket, v6: bool) {
+    use std::os::fd::AsRawFd;
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_RECVERR)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: the pointer and length describe `on`, live for the call.
+    let _ = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Empties the socket error queue (ICMP errors reported by `IP_RECVERR`):
+/// its entries are charged to the receive buffer.
+#[expect(
+    unsafe_code,
+    reason = "recvmsg(2) with MSG_ERRQUEUE has no safe std wrapper"
+)]
+fn drain_error_queue(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    loop {
+        let mut data = [0u8; 64];
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` describes live local buffers of the stated sizes.
+        let rc = unsafe {
+            libc::recvmsg(
+                socket.as_raw_fd(),
+                &raw mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if rc < 0 {
+            return;
+        }
+    }
+}
+
+/// Errors a UDP socket reports for one datagram or from an ICMP message
+/// (peer gone, route or MTU trouble): the core's timers deal with them.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock
+            | io::ErrorKind::TimedOut
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::ConnectionRefused
+    ) || matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::ENETDOWN
+                | libc::EMSGSIZE
+                | libc::EPROTO
+                | libc::ENOPROTOOPT
+                | libc::EACCES
+                | libc::EPERM
+        )
+    )
+}
+
 /// The driver loop: receive (bounded by the next timer), run timers, transmit.
 fn run(s: &Shared) {
     let mut buf = vec![0u8; 65_536];
@@ -217,14 +308,7 @@ fn run(s: &Shared) {
                 last_timeout = None;
                 s.cond.notify_all();
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionRefused
-                ) => {}
+            Err(e) if is_transient(&e) => drain_error_queue(&s.socket),
             Err(e) => {
                 g.io_error = Some((e.kind(), format!("recv_from: {e}")));
                 s.cond.notify_all();
