@@ -19,6 +19,8 @@ use diodon_deltat::Config;
 use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_io::netns;
 
+const TOTAL: usize = 3_000_000;
+
 /// A namespace deleted when dropped, even if the test panics.
 struct Namespace(String);
 
@@ -61,7 +63,6 @@ fn a_full_device_queue_holds_datagrams_instead_of_dropping_them() {
         "tc", "-n", &ns.0, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit", "burst",
         "15k", "limit", "30k",
     ]);
-    const TOTAL: usize = 3_000_000;
     let data: Vec<u8> = (0..TOTAL).map(|i| (i * 7 % 251) as u8).collect();
     let expected = data.clone();
     let handle = netns::spawn_in(&ns.0, move || {
