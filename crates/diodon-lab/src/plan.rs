@@ -10,6 +10,7 @@
 //! loss = [0.0]              # percent, dropped at random on the receiver's ingress
 //! repair = 10               # Diodon repair symbols, percent of source symbols
 //! timeout_s = 60
+//! receiver_grace_s = 5      # receiver still running 5 s after the sender exited: failed
 //! [file]
 //! size = 125000000
 //! content = "a"             # or "random"
@@ -229,6 +230,11 @@ pub struct Plan {
     /// Per-trial limit in seconds; a trial still running then fails.
     #[serde(default = "timeout")]
     pub timeout_s: f64,
+    /// A receiver still running this many seconds after its sender exited
+    /// has failed: nothing more can arrive (a pydiode receiver that never got
+    /// its end-of-file chunk waits forever). Must exceed `netcat_idle_s`.
+    #[serde(default = "grace")]
+    pub receiver_grace_s: f64,
     /// Netcat receiver idle timeout (`nc -w`), seconds.
     #[serde(default = "idle")]
     pub netcat_idle_s: u32,
@@ -259,6 +265,9 @@ fn timeout() -> f64 {
 }
 fn idle() -> u32 {
     1
+}
+fn grace() -> f64 {
+    5.0
 }
 
 impl Plan {
@@ -329,6 +338,11 @@ impl Plan {
         }
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             return bad("timeout_s must be > 0".into());
+        }
+        if !(self.receiver_grace_s.is_finite()
+            && self.receiver_grace_s > f64::from(self.netcat_idle_s))
+        {
+            return bad("receiver_grace_s must exceed netcat_idle_s".into());
         }
         if !self.link.testbed && (self.mtu.len() > 1 || self.loss.iter().any(|l| *l > 0.0)) {
             return bad(

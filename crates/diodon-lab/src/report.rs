@@ -314,6 +314,7 @@ mod tests {
             snmp_in_datagrams: 0,
             snmp_in_errors: 0,
             snmp_rcvbuf_errors: 0,
+            snmp_reasm_fails: 0,
             missing: None,
             recovered: None,
             socket_drops: None,

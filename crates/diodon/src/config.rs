@@ -163,6 +163,10 @@ pub struct RecvArgs {
     /// Exit once channels were seen, all are decided and the link is silent.
     #[arg(long)]
     pub once: bool,
+    /// Exit as soon as N channels (files, streams) are decided, verified or
+    /// failed, without waiting for the link to fall silent. Implies --once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub channels: Option<u64>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,
@@ -197,6 +201,7 @@ pub struct FileConfig {
     out: Option<PathBuf>,
     stdout: Option<bool>,
     once: Option<bool>,
+    channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
     repair: Option<u32>,
@@ -347,6 +352,7 @@ pub struct RecvSettings {
     pub stdout: bool,
     pub tcp_connect: Option<SocketAddr>,
     pub once: bool,
+    pub channels: Option<u64>,
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
@@ -362,7 +368,8 @@ impl RecvArgs {
             out: pick(self.out.as_ref(), f.out.as_ref()),
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),
-            once: self.once || f.once.unwrap_or(false),
+            once: self.once || f.once.unwrap_or(false) || self.channels.or(f.channels).is_some(),
+            channels: self.channels.or(f.channels).filter(|&n| n > 0),
             rcvbuf: self.rcvbuf.or(f.rcvbuf),
             stall: Duration::from_millis(self.stall.or(f.stall).unwrap_or(250)),
             fsync: !(self.no_fsync || f.no_fsync.unwrap_or(false)),
