@@ -58,7 +58,7 @@ pub enum Command {
     Relay(crate::deltat::RelayArgs),
     /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
     Guard(crate::guard::GuardArgs),
-    /// Kernel measuring points (UDP MIB, link, guard counters), once or as deltas.
+    /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
     /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
     Trial(crate::trial::TrialArgs),
