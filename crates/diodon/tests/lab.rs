@@ -359,7 +359,7 @@ fn ensure_netcat() -> bool {
     have()
 }
 
-/// pydiode from PyPI, installed by the project's own script when missing.
+/// pydiode from `PyPI`, installed by the project's own script when missing.
 fn ensure_pydiode() -> bool {
     let have = || {
         Command::new("sh")
@@ -653,18 +653,20 @@ impl LoopbackReceiver {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // Owned at once, so a failing start still kills it (Drop).
+        let rx = LoopbackReceiver {
+            child,
+            udp,
+            metrics,
+            _dir: dir,
+        };
         for _ in 0..100 {
-            if std::net::TcpStream::connect(&metrics).is_ok() {
-                return LoopbackReceiver {
-                    child,
-                    udp,
-                    metrics,
-                    _dir: dir,
-                };
+            if std::net::TcpStream::connect(&rx.metrics).is_ok() {
+                return rx;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("no metrics endpoint on {metrics}");
+        panic!("no metrics endpoint on {}", rx.metrics);
     }
 
     /// `diodon send FILE` to it; the sender's JSON summary.
