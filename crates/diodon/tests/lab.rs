@@ -5,11 +5,14 @@
 //!  testbed up (own name) ─► diodon guard apply tx/rx ─► UDP both ways via setns threads
 //!                        ─► guard counters, verify, tamper, verify again
 //!  diodon stats --watch  ─► N datagrams ─► delta == N at every measuring point
-//!  diodon trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed receiver = failed
+//!  diodon stats --diodon ─► recv --metrics on loopback ─► its counters' deltas == the transfer
+//!  diodon trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed receiver = failed;
+//!                           Diodon, netcat, pydiode r1/r2; MTU 9000 with 1 % injected loss
 //! ```
 //!
-//! They need root and network namespaces: without them each test prints why
-//! and passes, except under `CI=true`, where it fails. One at a time (a lock).
+//! The namespace tests need root: without it each prints why and passes,
+//! except under `CI=true`, where it fails. The `--diodon` tests use loopback
+//! only and run anywhere. One at a time (a lock).
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 #![expect(
@@ -720,6 +723,10 @@ fn counter(v: &Value, name: &str) -> u64 {
 /// read from the socket, one file verified, nothing missing or dropped).
 #[test]
 fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
+    // Alone: an unpaced loopback blast would disturb the timed trial tests.
+    let _lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rx = LoopbackReceiver::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("f.bin");
@@ -772,6 +779,10 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
 /// counts on its socket are drops the kernel counts as `RcvbufErrors`.
 #[test]
 fn stats_shows_a_running_diodons_socket_drops() {
+    // Alone: an unpaced loopback blast would disturb the timed trial tests.
+    let _lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rx = LoopbackReceiver::start(&["--rcvbuf", "8192"]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("big.bin");
