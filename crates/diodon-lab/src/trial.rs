@@ -3,14 +3,41 @@
 //! ```text
 //!  for (mtu, loss): testbed up ─► guard apply (tx, rx)
 //!   for tool × rcvbuf (net.core.rmem_* set, restored on drop) × bitrate × trial:
-//!     start receiver (rx ns) ─► snapshot tx+rx ─► t0 ─► start sender (tx ns)
-//!     ─► wait (timeout → kill, failed) ─► t1 = receiver exit ─► SHA-256 ─► snapshot
-//!     ─► Row (Table A.1 + missing, recovered, socket_drops, repair_ratio, injected_loss)
+//!     [loss > 0: testbed and guards anew] ─► start receiver (rx ns) ─► wait until bound
+//!     ─► snapshot tx+rx ─► t0 ─► start sender (tx ns)
+//!     ─► wait (grace after sender exit / timeout → kill, failed) ─► t1 = receiver exit
+//!     ─► SHA-256 ─► snapshot ─► Row (Table A.1 + snmp_ReasmFails, missing, recovered,
+//!        socket_drops, repair_ratio, injected_loss, app_rcvbuf, reason)
 //! ```
 //!
 //! Processes are started through `ip netns exec`, which `exec`s the program,
 //! so the child's PID is the tool itself and a kill reaches it. Only those
 //! PIDs are ever signalled.
+//!
+//! `Xfer_time` is the thesis's (Listing 4.2): from just before the sender is
+//! started to the moment the receiver has exited (seen within 2 ms). The
+//! receiver is started first and the clock starts only once its socket is
+//! bound (read from the namespace's `/proc/net/udp`), so its start-up is not
+//! counted. What it covers per tool:
+//!
+//! ```text
+//!  diodon   sender start-up, the paced transfer (data + repair + trailer), the
+//!           receiver's BLAKE3 check and rename: `recv --channels 1` exits as
+//!           soon as the one file is decided. Not the sender's 0.75 s linger
+//!           of closing beacons (the harness waits for it between trials).
+//!  pydiode  Python start-up of the sender, every chunk sent `r` times, up to
+//!           the receiver's exit on the first end-of-file datagram (after its
+//!           SHA-256 check); not the rest of the end-of-file chunk.
+//!  netcat   the paced transfer plus the receiver's idle timeout (`nc -w 1`):
+//!           UDP netcat has no end of file, so its times are the transfer + 1 s,
+//!           as in the thesis (ch. 4.2.3).
+//! ```
+//!
+//! A trial whose receiver is still running `receiver_grace_s` after its sender
+//! exited fails (nothing more can arrive), and so does one still running at
+//! `timeout_s`. With injected loss the testbed is rebuilt before every trial:
+//! fragments of datagrams that lost a piece otherwise wait 30 s
+//! (`net.ipv4.ipfrag_time`) in the reassembly queue and hold its memory.
 
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
@@ -382,6 +409,10 @@ fn which(program: &str) -> bool {
 fn rc(s: ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
+
+/// How often the harness looks whether the sender or receiver exited (the
+/// resolution of `Xfer_time`).
+const POLL: Duration = Duration::from_millis(2);
 
 /// How long a receiver may take to bind its socket.
 const BIND_WAIT: Duration = Duration::from_secs(10);
@@ -908,7 +939,7 @@ impl TrialCtx<'_> {
                 }
                 break;
             }
-            thread::sleep(Duration::from_millis(5));
+            thread::sleep(POLL);
         }
         let t1 = t1.unwrap_or_else(Instant::now);
         let receiver_rc = receiver_rc.unwrap_or(-1);
