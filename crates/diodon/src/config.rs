@@ -407,9 +407,11 @@ mod tests {
 
     #[test]
     fn toml_matches_flags() {
-        let f: FileConfig =
-            toml::from_str("rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\n")
-                .unwrap();
+        let f: FileConfig = toml::from_str(
+            "rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\nchannels = 2\n",
+        )
+        .unwrap();
+        assert_eq!(f.channels, Some(2));
         assert_eq!(f.rate.as_deref(), Some("1gbit"));
         assert_eq!(f.repair, Some(20));
         assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
