@@ -473,7 +473,9 @@ fn kill(pid: u32, sig: &str) {
         .status();
 }
 
-/// Runs every cell of `plan`; returns all rows.
+/// Runs every cell of `plan`; returns all rows. When `opts.stop` is set the
+/// run ends after killing the current trial's processes and restoring the
+/// system, and returns the rows of the trials that completed.
 #[expect(
     clippy::too_many_lines,
     reason = "one nested loop over the plan's cells with setup and teardown"
@@ -537,7 +539,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
         None
     };
     let mut rows = Vec::new();
-    for &mtu in &plan.mtu {
+    // An interruption ends the run after cleaning up and keeps the rows so
+    // far; the caller sees `opts.stop` set.
+    'all: for &mtu in &plan.mtu {
         for &loss in &plan.loss {
             let mut link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
             let mut fresh = true;
@@ -555,7 +559,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
                     for &bitrate in &plan.bitrates_mbps {
                         for trial in 1..=plan.trials {
                             if opts.stop.load(Ordering::Relaxed) {
-                                return Err(TrialError::Interrupted);
+                                break 'all;
                             }
                             // With injected loss, fragments of datagrams that
                             // lost a piece wait net.ipv4.ipfrag_time (30 s) in
@@ -576,7 +580,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
                                 in_size,
                                 work: &work,
                             };
-                            let row = ctx.run_one(&config, bitrate, trial)?;
+                            let row = match ctx.run_one(&config, bitrate, trial) {
+                                Err(TrialError::Interrupted) => break 'all,
+                                other => other?,
+                            };
                             if opts.verbose {
                                 eprintln!(
                                     "trial {} {bitrate} Mbit/s #{trial}: {} in {:.2} s{}",
