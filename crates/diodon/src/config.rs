@@ -428,6 +428,35 @@ mod tests {
     }
 
     #[test]
+    fn channels_implies_once_and_must_be_positive() {
+        let recv = |args: &[&str]| -> Result<RecvSettings> {
+            let cli = Cli::try_parse_from(
+                [
+                    "diodon",
+                    "recv",
+                    "--listen",
+                    "127.0.0.1:7700",
+                    "--out",
+                    "/o",
+                ]
+                .iter()
+                .chain(args),
+            )?;
+            let Command::Recv(r) = cli.cmd else {
+                panic!("not recv")
+            };
+            r.resolve(&FileConfig::default())
+        };
+        let s = recv(&["--channels", "2"]).unwrap();
+        assert!(s.once);
+        assert_eq!(s.channels, Some(2));
+        let s = recv(&[]).unwrap();
+        assert!(!s.once);
+        assert_eq!(s.channels, None);
+        assert!(recv(&["--channels", "0"]).is_err());
+    }
+
+    #[test]
     fn key_file_formats() {
         let dir = std::env::temp_dir().join(format!("diodon-key-{}", std::process::id()));
         std::fs::write(&dir, [7u8; 32]).unwrap();
