@@ -1,8 +1,8 @@
 //! The diode trial harness (thesis ch. 4, Listing 4.2), as a library.
 //!
 //! ```text
-//!  for (mtu, loss): testbed up ─► guard apply (tx, rx)
-//!   for tool × rcvbuf (net.core.rmem_* set, restored on drop) × bitrate × trial:
+//!  for round (trial number) × (mtu, loss): testbed up ─► guard apply (tx, rx)
+//!   for tool × rcvbuf (net.core.rmem_* set, restored on drop) × bitrate:
 //!     [loss > 0: testbed and guards anew] ─► start receiver (rx ns) ─► wait until bound
 //!     ─► snapshot tx+rx ─► t0 ─► start sender (tx ns)
 //!     ─► wait (grace after sender exit / timeout → kill, failed) ─► t1 = receiver exit
@@ -541,23 +541,26 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     let mut rows = Vec::new();
     // An interruption ends the run after cleaning up and keeps the rows so
     // far; the caller sees `opts.stop` set.
-    'all: for &mtu in &plan.mtu {
-        for &loss in &plan.loss {
-            let mut link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
-            let mut fresh = true;
-            for &tool in &tools {
-                for &rcvbuf in &plan.rcvbuf {
-                    if let Some(r) = &rmem {
-                        r.set(rcvbuf)?;
-                    }
-                    let config = Config {
-                        tool,
-                        rcvbuf,
-                        mtu,
-                        loss,
-                    };
-                    for &bitrate in &plan.bitrates_mbps {
-                        for trial in 1..=plan.trials {
+    // Rounds: trial 1 of every cell, then trial 2 of every cell, ... so a
+    // change of the machine's load during a long run spreads over all cells,
+    // and an interrupted run leaves every cell with (nearly) as many trials.
+    'all: for trial in 1..=plan.trials {
+        for &mtu in &plan.mtu {
+            for &loss in &plan.loss {
+                let mut link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
+                let mut fresh = true;
+                for &tool in &tools {
+                    for &rcvbuf in &plan.rcvbuf {
+                        if let Some(r) = &rmem {
+                            r.set(rcvbuf)?;
+                        }
+                        let config = Config {
+                            tool,
+                            rcvbuf,
+                            mtu,
+                            loss,
+                        };
+                        for &bitrate in &plan.bitrates_mbps {
                             if opts.stop.load(Ordering::Relaxed) {
                                 break 'all;
                             }
@@ -601,8 +604,8 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
                         }
                     }
                 }
+                drop(link);
             }
-            drop(link);
         }
     }
     drop(rmem);
