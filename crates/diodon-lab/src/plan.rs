@@ -9,6 +9,7 @@
 //! mtu = [1500]
 //! loss = [0.0]              # percent, dropped at random on the receiver's ingress
 //! repair = 10               # Diodon repair symbols, percent of source symbols
+//! diodon_rcvbuf = "own"     # Diodon's own buffer, or "cell": held to rcvbuf like the others
 //! timeout_s = 60
 //! receiver_grace_s = 5      # receiver still running 5 s after the sender exited: failed
 //! [file]
@@ -84,6 +85,17 @@ impl fmt::Display for Tool {
             Tool::Pydiode(r) => write!(f, "pydiode-r{r}"),
         }
     }
+}
+
+/// Which receive buffer Diodon's receiver uses in a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DiodonRcvbuf {
+    /// Its own choice, as deployed (`diodon recv` without `--rcvbuf`).
+    #[default]
+    Own,
+    /// The cell's `rcvbuf` (`--rcvbuf BYTES`), the same as the other tools get.
+    Cell,
 }
 
 /// Test file content.
@@ -241,6 +253,11 @@ pub struct Plan {
     /// Let Diodon use UDP GSO (the guard then counts super-packets, not datagrams).
     #[serde(default)]
     pub diodon_gso: bool,
+    /// Diodon's receive buffer: its own (`own`, the default: it forces
+    /// rate × 250 ms, at least 4 MiB, past `net.core.rmem_max`), or the cell's
+    /// `rcvbuf` like every other tool (`cell`).
+    #[serde(default)]
+    pub diodon_rcvbuf: DiodonRcvbuf,
     /// Where the diode is.
     #[serde(default)]
     pub link: LinkSpec,
@@ -373,6 +390,12 @@ mod tests {
         assert_eq!(p.mtu, vec![1500]);
         assert!(p.link.testbed && p.link.guard);
         assert_eq!(p.link.port, 7790);
+        assert_eq!(p.diodon_rcvbuf, DiodonRcvbuf::Own);
+        let p = Plan::parse(
+            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\ndiodon_rcvbuf = \"cell\"\n",
+        )
+        .expect("test");
+        assert_eq!(p.diodon_rcvbuf, DiodonRcvbuf::Cell);
     }
 
     #[test]

@@ -41,7 +41,7 @@
 
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
-use crate::plan::{Content, Plan, PlanError, Tool};
+use crate::plan::{Content, DiodonRcvbuf, Plan, PlanError, Tool};
 use crate::stats::{Snapshot, StatsError, Target};
 use diodon_io::netns::spawn_in;
 use sha2::{Digest, Sha256};
@@ -711,7 +711,10 @@ impl TrialCtx<'_> {
                     .args(["--channels", "1", "--json", "--no-fsync"])
                     .args(["--rate", &format!("{}mbit", bitrate.ceil())])
                     .args(["--mtu", &c.mtu.to_string()]);
-                if c.rcvbuf != 0 {
+                // Held to the cell's buffer like the other tools, or (the
+                // default) Diodon's own: it forces rate × 250 ms, at least
+                // 4 MiB, whatever net.core.rmem_max says (app_rcvbuf).
+                if c.rcvbuf != 0 && self.plan.diodon_rcvbuf == DiodonRcvbuf::Cell {
                     cmd.args(["--rcvbuf", &c.rcvbuf.to_string()]);
                 }
                 cmd.stdout(Stdio::piped()).stderr(log).spawn()
