@@ -768,8 +768,11 @@ impl TrialCtx<'_> {
                 Ok(Sender { child, pacer: None })
             }
             Tool::Netcat => {
-                // One write per datagram: a SOCK_SEQPACKET pair keeps message
-                // boundaries, so nc's read() returns exactly one chunk.
+                // Records on a SOCK_SEQPACKET pair: each read() of nc's returns
+                // at most one record, so datagrams stay near the record size.
+                // A record that does not fit the rest of nc's 16 KiB stdin
+                // buffer is truncated by that read (its bytes are lost before
+                // any socket): records of a power of two never straddle it.
                 let (ours, theirs) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
                 let child = Self::ns_cmd(&e.tx_ns, Path::new("nc"))
                     .args(["-u", "-n", "-q", "0", "-s", &e.tx_addr.to_string()])
@@ -779,7 +782,8 @@ impl TrialCtx<'_> {
                     .stdout(Stdio::null())
                     .stderr(log)
                     .spawn()?;
-                let chunk = c.mtu as usize - if e.rx_addr.is_ipv4() { 28 } else { 48 };
+                let room = c.mtu as usize - if e.rx_addr.is_ipv4() { 28 } else { 48 };
+                let chunk = netcat_record(room);
                 let input = self.input.to_owned();
                 let stop = Arc::clone(&self.opts.stop);
                 let pacer = thread::Builder::new()
@@ -1031,6 +1035,15 @@ impl TrialCtx<'_> {
     }
 }
 
+/// The largest power of two that fits a datagram of `room` payload bytes
+/// (1024 at MTU 1500, 8192 at MTU 9000): it divides nc's 16 KiB buffer.
+fn netcat_record(room: usize) -> usize {
+    if room < 2 {
+        return 1;
+    }
+    1 << (usize::BITS - 1 - room.leading_zeros())
+}
+
 /// Feeds `input` in `chunk`-byte messages at `bits_per_s` (payload bits), like
 /// the thesis's `regulator.py`.
 #[expect(
@@ -1138,6 +1151,14 @@ mod tests {
         assert!(line.starts_with("netcat,4194304,1500,100,1,0,0,1.500,True,10,10,3,na,0,"));
         assert!(line.ends_with(",na,na,na,0,0,na,a; b"), "{line}");
         assert_eq!(r.config.label(), "netcat_rcvbuf-4MiB_mtu-1500_loss-0");
+    }
+
+    #[test]
+    fn netcat_records_divide_its_buffer() {
+        assert_eq!(netcat_record(1472), 1024);
+        assert_eq!(netcat_record(8972), 8192);
+        assert_eq!(netcat_record(1024), 1024);
+        assert_eq!(16384 % netcat_record(1452), 0);
     }
 
     #[test]
