@@ -2,7 +2,8 @@
 # setup.sh — installs what Diodon's build, tests and demo need on a fresh
 # Debian machine: a Rust toolchain (rustup, stable, with rustfmt and clippy)
 # and, when run as root, the system tools the software diode uses
-# (iproute2, nftables, ethtool). Idempotent: installs only what is missing.
+# (iproute2, nftables, ethtool) and the trial harness compares against
+# (netcat-openbsd, pydiode in a venv). Idempotent: installs only what is missing.
 # Source it (`. scripts/setup.sh`) to get cargo on PATH in the calling shell.
 set -euo pipefail
 
@@ -38,4 +39,7 @@ if [[ $(id -u) -eq 0 ]]; then
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
+    # ... and against pydiode (PyPI, redundancy 1 and 2).
+    "$(dirname "${BASH_SOURCE[0]}")/install-pydiode.sh" ||
+        echo "setup: WARNING: pydiode could not be installed; trial tests with pydiode will fail under CI" >&2
 fi

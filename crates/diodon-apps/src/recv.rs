@@ -180,6 +180,9 @@ pub struct RecvOptions {
     pub event_queue: usize,
     /// Return once channels were seen, every one is decided and the link is silent.
     pub once: bool,
+    /// Return as soon as this many channels are decided, without waiting
+    /// for the link to fall silent (the caller knows how many to expect).
+    pub expect_channels: Option<u64>,
 }
 
 /// Live counters for a progress display.
@@ -296,7 +299,14 @@ pub fn run_receiver<S: Sink>(
         progress: Arc::clone(progress),
         admit: S::admit,
     };
-    let result = dec.run(opts.once, &net_rx, &pool_tx, &fail_rx, stop);
+    let result = dec.run(
+        opts.once,
+        opts.expect_channels,
+        &net_rx,
+        &pool_tx,
+        &fail_rx,
+        stop,
+    );
     stop.store(true, Ordering::Relaxed);
     drop(net_rx);
     let stats = dec.core.stats();
@@ -445,6 +455,7 @@ impl Decoder {
     fn run(
         &mut self,
         once: bool,
+        expect: Option<u64>,
         net: &Rx<NetBatch>,
         pool: &SyncSender<NetBatch>,
         fails: &Rx<SinkError>,
@@ -505,6 +516,13 @@ impl Decoder {
                 && self.decided >= self.seen_channels
             {
                 tracing::info!("transfer over: every channel decided and the link is silent");
+                return Ok(());
+            }
+            if expect.is_some_and(|n| self.decided >= n) {
+                tracing::info!(
+                    channels = self.decided,
+                    "transfer over: the expected channels are decided"
+                );
                 return Ok(());
             }
         }

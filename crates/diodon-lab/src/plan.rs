@@ -9,7 +9,9 @@
 //! mtu = [1500]
 //! loss = [0.0]              # percent, dropped at random on the receiver's ingress
 //! repair = 10               # Diodon repair symbols, percent of source symbols
+//! diodon_rcvbuf = "own"     # Diodon's own buffer, or "cell": held to rcvbuf like the others
 //! timeout_s = 60
+//! receiver_grace_s = 5      # receiver still running 5 s after the sender exited: failed
 //! [file]
 //! size = 125000000
 //! content = "a"             # or "random"
@@ -83,6 +85,17 @@ impl fmt::Display for Tool {
             Tool::Pydiode(r) => write!(f, "pydiode-r{r}"),
         }
     }
+}
+
+/// Which receive buffer Diodon's receiver uses in a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DiodonRcvbuf {
+    /// Its own choice, as deployed (`diodon recv` without `--rcvbuf`).
+    #[default]
+    Own,
+    /// The cell's `rcvbuf` (`--rcvbuf BYTES`), the same as the other tools get.
+    Cell,
 }
 
 /// Test file content.
@@ -229,12 +242,22 @@ pub struct Plan {
     /// Per-trial limit in seconds; a trial still running then fails.
     #[serde(default = "timeout")]
     pub timeout_s: f64,
+    /// A receiver still running this many seconds after its sender exited
+    /// has failed: nothing more can arrive (a pydiode receiver that never got
+    /// its end-of-file chunk waits forever). Must exceed `netcat_idle_s`.
+    #[serde(default = "grace")]
+    pub receiver_grace_s: f64,
     /// Netcat receiver idle timeout (`nc -w`), seconds.
     #[serde(default = "idle")]
     pub netcat_idle_s: u32,
     /// Let Diodon use UDP GSO (the guard then counts super-packets, not datagrams).
     #[serde(default)]
     pub diodon_gso: bool,
+    /// Diodon's receive buffer: its own (`own`, the default: it forces
+    /// rate × 250 ms, at least 4 MiB, past `net.core.rmem_max`), or the cell's
+    /// `rcvbuf` like every other tool (`cell`).
+    #[serde(default)]
+    pub diodon_rcvbuf: DiodonRcvbuf,
     /// Where the diode is.
     #[serde(default)]
     pub link: LinkSpec,
@@ -259,6 +282,9 @@ fn timeout() -> f64 {
 }
 fn idle() -> u32 {
     1
+}
+fn grace() -> f64 {
+    5.0
 }
 
 impl Plan {
@@ -330,6 +356,11 @@ impl Plan {
         if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
             return bad("timeout_s must be > 0".into());
         }
+        if !(self.receiver_grace_s.is_finite()
+            && self.receiver_grace_s > f64::from(self.netcat_idle_s))
+        {
+            return bad("receiver_grace_s must exceed netcat_idle_s".into());
+        }
         if !self.link.testbed && (self.mtu.len() > 1 || self.loss.iter().any(|l| *l > 0.0)) {
             return bad(
                 "on a real diode (link.testbed = false) MTU and loss cannot be varied".into(),
@@ -359,6 +390,12 @@ mod tests {
         assert_eq!(p.mtu, vec![1500]);
         assert!(p.link.testbed && p.link.guard);
         assert_eq!(p.link.port, 7790);
+        assert_eq!(p.diodon_rcvbuf, DiodonRcvbuf::Own);
+        let p = Plan::parse(
+            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\ndiodon_rcvbuf = \"cell\"\n",
+        )
+        .expect("test");
+        assert_eq!(p.diodon_rcvbuf, DiodonRcvbuf::Cell);
     }
 
     #[test]

@@ -6,11 +6,14 @@
 //! ```text
 //!  OUT/trials.csv                       every row
 //!  OUT/summary.txt                      CFR and duration per cell
-//!  OUT/cfr.png, OUT/duration.png        plots
+//!  OUT/table.md                         the thesis's table layout: per MTU × loss,
+//!                                       tool × bitrate rows, one CFR/duration pair per buffer
+//!  OUT/cfr.png, OUT/duration.png        plots (every configuration)
+//!  OUT/plots/{cfr,duration}_mtu-M_loss-L.png   the same per MTU × loss (several groups only)
 //!  OUT/CONFIG/BITRATE.csv, CONFIG/testresults.txt
 //! ```
 
-use crate::trial::{Row, CSV_HEADER};
+use crate::trial::{Config, Row, CSV_HEADER};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -114,6 +117,111 @@ pub fn summary(cells: &[Cell]) -> String {
     s
 }
 
+/// `(mtu, loss)` groups of the rows, in first-seen order, with the
+/// configurations of each.
+fn groups(rows: &[Row]) -> Vec<((u32, f64), Vec<Config>)> {
+    let mut out: Vec<((u32, f64), Vec<Config>)> = Vec::new();
+    for r in rows {
+        let key = (r.config.mtu, r.config.loss);
+        let i = out.iter().position(|(k, _)| *k == key).unwrap_or_else(|| {
+            out.push((key, Vec::new()));
+            out.len() - 1
+        });
+        if !out[i].1.contains(&r.config) {
+            out[i].1.push(r.config.clone());
+        }
+    }
+    out
+}
+
+fn buffer_name(rcvbuf: u64) -> String {
+    match rcvbuf {
+        0 => "default buffer".to_owned(),
+        b if b.is_multiple_of(1 << 20) => format!("{} MiB", b >> 20),
+        b => format!("{b} B"),
+    }
+}
+
+/// The thesis's table layout (Tables 5.2, 7.x) in Markdown: one table per
+/// MTU × injected loss; a row per tool and bitrate; per receive buffer the
+/// CFR and the average duration of the successful trials.
+pub fn table(rows: &[Row], cells: &[Cell]) -> String {
+    let mut s = String::new();
+    for ((mtu, loss), configs) in groups(rows) {
+        let mut buffers: Vec<u64> = configs.iter().map(|c| c.rcvbuf).collect();
+        buffers.dedup();
+        buffers.sort_unstable();
+        buffers.dedup();
+        let mut tools = Vec::new();
+        for c in &configs {
+            if !tools.contains(&c.tool) {
+                tools.push(c.tool);
+            }
+        }
+        let _ = writeln!(
+            s,
+            "### MTU {mtu}, injected loss {loss} %
+"
+        );
+        let mut head = "| tool | Mbit/s |".to_owned();
+        let mut rule = "|---|---:|".to_owned();
+        for b in &buffers {
+            let _ = write!(head, " CFR ({0}) | avg s ({0}) |", buffer_name(*b));
+            rule.push_str("---:|---:|");
+        }
+        let _ = writeln!(
+            s,
+            "{head}
+{rule}"
+        );
+        for tool in tools {
+            let mut rates: Vec<f64> = cells
+                .iter()
+                .filter(|c| {
+                    configs
+                        .iter()
+                        .any(|k| k.tool == tool && k.label() == c.config)
+                })
+                .map(|c| c.bitrate)
+                .collect();
+            rates.sort_by(f64::total_cmp);
+            rates.dedup();
+            for rate in rates {
+                let _ = write!(s, "| {tool} | {rate} |");
+                for &rcvbuf in &buffers {
+                    let label = Config {
+                        tool,
+                        rcvbuf,
+                        mtu,
+                        loss,
+                    }
+                    .label();
+                    match cells
+                        .iter()
+                        .find(|c| c.config == label && c.bitrate.to_bits() == rate.to_bits())
+                    {
+                        Some(c) => {
+                            let _ = write!(
+                                s,
+                                " {:.0} % ({}/{}) | {} |",
+                                c.cfr(),
+                                c.ok,
+                                c.trials,
+                                c.avg_ok_s
+                                    .map_or_else(|| "–".to_owned(), |d| format!("{d:.2}"))
+                            );
+                        }
+                        None => s.push_str(" | |"),
+                    }
+                }
+                s.push('\n');
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
 /// Writes every output into `out`; returns the files written.
 pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
     fs::create_dir_all(out)?;
@@ -156,10 +264,32 @@ pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
     let p = out.join("summary.txt");
     fs::write(&p, summary(&cells))?;
     written.push(p);
+    let p = out.join("table.md");
+    fs::write(&p, table(rows, &cells))?;
+    written.push(p);
     for (name, what) in [("cfr.png", Metric::Cfr), ("duration.png", Metric::Duration)] {
         let p = out.join(name);
         plot(&p, &cells, what).map_err(|e| io::Error::other(format!("{name}: {e}")))?;
         written.push(p);
+    }
+    let groups = groups(rows);
+    if groups.len() > 1 {
+        let dir = out.join("plots");
+        fs::create_dir_all(&dir)?;
+        for ((mtu, loss), configs) in &groups {
+            let labels: Vec<String> = configs.iter().map(Config::label).collect();
+            let mine: Vec<Cell> = cells
+                .iter()
+                .filter(|c| labels.contains(&c.config))
+                .cloned()
+                .collect();
+            for (kind, what) in [("cfr", Metric::Cfr), ("duration", Metric::Duration)] {
+                let p = dir.join(format!("{kind}_mtu-{mtu}_loss-{loss}.png"));
+                plot(&p, &mine, what)
+                    .map_err(|e| io::Error::other(format!("{}: {e}", p.display())))?;
+                written.push(p);
+            }
+        }
     }
     Ok(written)
 }
@@ -314,6 +444,7 @@ mod tests {
             snmp_in_datagrams: 0,
             snmp_in_errors: 0,
             snmp_rcvbuf_errors: 0,
+            snmp_reasm_fails: 0,
             missing: None,
             recovered: None,
             socket_drops: None,
@@ -339,6 +470,47 @@ mod tests {
         let t = testresults("netcat_rcvbuf-default_mtu-1500_loss-0", &cs);
         assert!(t.contains("Bitrate: 1000000000 bits/second\nSuccess rate: 100.0%\nAverage duration: 1.00 seconds\n\nBitrate: 100000000 bits/second\nSuccess rate: 50.0%\nAverage duration: 2.00 seconds"), "{t}");
         assert!(summary(&cs).contains("diodon_rcvbuf-default_mtu-1500_loss-0"));
+    }
+
+    #[test]
+    fn table_per_mtu_and_loss_and_plots_per_group() {
+        let dir = tempfile::tempdir().expect("test");
+        let mut rows = vec![
+            row(Tool::Diodon, 100.0, true, 1.25),
+            row(Tool::Diodon, 100.0, false, 9.0),
+            row(Tool::Netcat, 100.0, true, 2.0),
+        ];
+        let mut big = row(Tool::Diodon, 100.0, true, 1.5);
+        big.config.rcvbuf = 4 << 20;
+        rows.push(big);
+        let mut lossy = row(Tool::Diodon, 1000.0, true, 0.25);
+        lossy.config.mtu = 9000;
+        lossy.config.loss = 1.0;
+        rows.push(lossy);
+        let t = table(&rows, &cells(&rows));
+        assert!(t.contains("### MTU 1500, injected loss 0 %"), "{t}");
+        assert!(t.contains("### MTU 9000, injected loss 1 %"), "{t}");
+        assert!(
+            t.contains("| tool | Mbit/s | CFR (default buffer) | avg s (default buffer) | CFR (4 MiB) | avg s (4 MiB) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| diodon | 100 | 50 % (1/2) | 1.25 | 100 % (1/1) | 1.50 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| netcat | 100 | 100 % (1/1) | 2.00 | | |"),
+            "{t}"
+        );
+        assert!(t.contains("| diodon | 1000 | 100 % (1/1) | 0.25 |"), "{t}");
+        write_all(dir.path(), &rows).expect("test");
+        for f in [
+            "table.md",
+            "plots/cfr_mtu-1500_loss-0.png",
+            "plots/duration_mtu-9000_loss-1.png",
+        ] {
+            assert!(dir.path().join(f).is_file(), "{f}");
+        }
     }
 
     #[test]

@@ -1,15 +1,24 @@
-//! One snapshot of every kernel measuring point of one diode host (thesis
-//! ch. 6), and deltas between snapshots.
+//! One snapshot of every measuring point of one diode host (thesis ch. 6):
+//! the kernel's and, when asked, a running Diodon's own counters; and deltas
+//! between snapshots.
 //!
 //! ```text
-//!  /proc/net/snmp Udp ─────────┐  (read on a thread inside the namespace)
-//!  link stats64 of IF ─────────┼─► Snapshot ─► delta(later, earlier) ─► JSON / text
-//!  guard counters (nft -j) ────┘  (absent when no guard table is loaded)
+//!  /proc/net/snmp Udp, Ip ─────┐  (read on a thread inside the namespace)
+//!  link stats64 of IF ─────────┤
+//!  guard counters (nft -j) ────┼─► Snapshot ─► delta(later, earlier) ─► JSON / text
+//!  Diodon /metrics (HTTP) ─────┘  (socket drops, missing, recovered, lost, ...)
 //! ```
 //!
 //! Link counters come from `ip -s -j link show dev IF` (netlink `stats64`),
 //! which works for any namespace without remounting sysfs; without `--ns`
-//! they are read from `/sys/class/net/IF/statistics`.
+//! they are read from `/sys/class/net/IF/statistics`. The `Ip:` fragment
+//! counters matter for tools whose datagrams exceed the MTU (netcat,
+//! pydiode): a datagram that lost one fragment, or whose fragments found the
+//! reassembly memory (`net.ipv4.ipfrag_high_thresh`) full, never reaches the
+//! UDP layer and shows only in `ReasmFails`. The guard is absent
+//! when no guard table is loaded. Diodon's counters come from the Prometheus
+//! page that `diodon send|recv --metrics ADDR` serves, fetched from inside
+//! the namespace (so an endpoint on the namespace's loopback is reachable).
 
 use crate::guard::{self, GuardCounters};
 use crate::nft::{in_ns, run, ToolError};
@@ -17,7 +26,11 @@ use diodon_io::netns::spawn_in;
 use diodon_io::{LinkStats, UdpSnmp};
 use serde::Serialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 /// Errors reading a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +47,14 @@ pub enum StatsError {
     /// Unexpected `ip -j` output.
     #[error("cannot parse `ip -s -j link` output: {0}")]
     Parse(String),
+    /// A Diodon metrics endpoint could not be read.
+    #[error("Diodon metrics at {addr}: {what}")]
+    Metrics {
+        /// The endpoint.
+        addr: SocketAddr,
+        /// What went wrong.
+        what: String,
+    },
 }
 
 /// The UDP MIB fields the thesis and Diodon read.
@@ -80,6 +101,67 @@ impl Udp {
             RcvbufErrors: self.RcvbufErrors.saturating_sub(e.RcvbufErrors),
             SndbufErrors: self.SndbufErrors.saturating_sub(e.SndbufErrors),
             InCsumErrors: self.InCsumErrors.saturating_sub(e.InCsumErrors),
+        }
+    }
+}
+
+/// The IPv4 fragmentation and reassembly counters of `/proc/net/snmp`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[expect(non_snake_case, reason = "the kernel's own counter names")]
+pub struct Ip {
+    /// Fragments received that needed reassembly.
+    pub ReasmReqds: u64,
+    /// Datagrams reassembled.
+    pub ReasmOKs: u64,
+    /// Reassembly failures: fragments refused (memory full) or queues expired.
+    pub ReasmFails: u64,
+    /// Queues that expired (`net.ipv4.ipfrag_time`).
+    pub ReasmTimeout: u64,
+    /// Datagrams fragmented on output.
+    pub FragOKs: u64,
+    /// Fragments created on output.
+    pub FragCreates: u64,
+    /// Datagrams that needed fragmenting but could not be.
+    pub FragFails: u64,
+}
+
+impl Ip {
+    /// Parses the `Ip:` header/value line pair of `/proc/net/snmp`.
+    pub fn parse_snmp(text: &str) -> Result<Ip, StatsError> {
+        let mut lines = text.lines().filter(|l| l.starts_with("Ip:"));
+        let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+            return Err(StatsError::Parse("no `Ip:` lines in /proc/net/snmp".into()));
+        };
+        let mut ip = Ip::default();
+        for (n, v) in names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .skip(1)
+        {
+            let v = v.parse::<u64>().unwrap_or(0);
+            match n {
+                "ReasmReqds" => ip.ReasmReqds = v,
+                "ReasmOKs" => ip.ReasmOKs = v,
+                "ReasmFails" => ip.ReasmFails = v,
+                "ReasmTimeout" => ip.ReasmTimeout = v,
+                "FragOKs" => ip.FragOKs = v,
+                "FragCreates" => ip.FragCreates = v,
+                "FragFails" => ip.FragFails = v,
+                _ => {}
+            }
+        }
+        Ok(ip)
+    }
+
+    fn delta(&self, e: &Ip) -> Ip {
+        Ip {
+            ReasmReqds: self.ReasmReqds.saturating_sub(e.ReasmReqds),
+            ReasmOKs: self.ReasmOKs.saturating_sub(e.ReasmOKs),
+            ReasmFails: self.ReasmFails.saturating_sub(e.ReasmFails),
+            ReasmTimeout: self.ReasmTimeout.saturating_sub(e.ReasmTimeout),
+            FragOKs: self.FragOKs.saturating_sub(e.FragOKs),
+            FragCreates: self.FragCreates.saturating_sub(e.FragCreates),
+            FragFails: self.FragFails.saturating_sub(e.FragFails),
         }
     }
 }
@@ -150,6 +232,103 @@ impl Link {
     }
 }
 
+/// A running Diodon's own counters, read from its Prometheus endpoint.
+///
+/// Names are the metric names without `diodon_` and `_total`, e.g.
+/// `receiver_socket_drops` (`SO_RXQ_OVFL`), `receiver_missing`,
+/// `receiver_recovered_symbols`, `receiver_blocks_lost`,
+/// `sender_datagrams_sent`. The kernel and link series of the same page are
+/// left out: the snapshot reads those itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DiodonCounters {
+    /// The endpoint (`host:port`).
+    pub endpoint: String,
+    /// Counter name → value.
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl DiodonCounters {
+    /// Parses Prometheus text exposition (only unlabelled integer samples of
+    /// `diodon_*` series that are not kernel or link copies).
+    pub fn parse(endpoint: &str, text: &str) -> DiodonCounters {
+        let mut counters = BTreeMap::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('#') || line.contains('{') {
+                continue;
+            }
+            let Some((name, value)) = line.split_once(' ') else {
+                continue;
+            };
+            let Some(short) = name.strip_prefix("diodon_") else {
+                continue;
+            };
+            if short.starts_with("kernel_") || short.starts_with("link_") {
+                continue;
+            }
+            if let Ok(v) = value.trim().parse::<u64>() {
+                let short = short.strip_suffix("_total").unwrap_or(short);
+                counters.insert(short.to_owned(), v);
+            }
+        }
+        DiodonCounters {
+            endpoint: endpoint.to_owned(),
+            counters,
+        }
+    }
+
+    /// Fetches `http://addr/metrics`, from inside namespace `ns` when given.
+    pub fn fetch(ns: Option<&str>, addr: SocketAddr) -> Result<DiodonCounters, StatsError> {
+        let body = match ns {
+            None => http_get_metrics(addr),
+            Some(ns) => spawn_in(ns, move || http_get_metrics(addr))?
+                .join()
+                .map_err(|_| StatsError::Parse("metrics thread panicked".into()))??,
+        }?;
+        Ok(DiodonCounters::parse(&addr.to_string(), &body))
+    }
+
+    /// One counter (0 when absent).
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    fn delta(&self, e: &DiodonCounters) -> DiodonCounters {
+        DiodonCounters {
+            endpoint: self.endpoint.clone(),
+            counters: self
+                .counters
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(e.get(k))))
+                .collect(),
+        }
+    }
+}
+
+/// `GET /metrics` over HTTP/1.0; the body of a 200 answer.
+fn http_get_metrics(addr: SocketAddr) -> Result<String, StatsError> {
+    let err = |what: String| StatsError::Metrics { addr, what };
+    let timeout = Duration::from_secs(3);
+    let mut c = TcpStream::connect_timeout(&addr, timeout).map_err(|e| err(e.to_string()))?;
+    c.set_read_timeout(Some(timeout))
+        .and_then(|()| c.set_write_timeout(Some(timeout)))
+        .and_then(|()| write!(c, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n"))
+        .map_err(|e| err(e.to_string()))?;
+    let mut raw = Vec::new();
+    c.take(64 << 20)
+        .read_to_end(&mut raw)
+        .map_err(|e| err(e.to_string()))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| err("no HTTP header".into()))?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(err(format!("answered {status:?}")));
+    }
+    Ok(body.to_owned())
+}
+
 /// Every measuring point of one host at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
@@ -159,10 +338,14 @@ pub struct Snapshot {
     pub iface: Option<String>,
     /// `/proc/net/snmp` Udp.
     pub udp: Udp,
+    /// `/proc/net/snmp` Ip fragmentation and reassembly.
+    pub ip: Ip,
     /// Link counters of `iface`.
     pub link: Option<Link>,
     /// The guard table's counters, when one is loaded.
     pub guard: Option<GuardCounters>,
+    /// A running Diodon's counters, when an endpoint was named.
+    pub diodon: Option<DiodonCounters>,
 }
 
 /// What to read.
@@ -174,17 +357,32 @@ pub struct Target {
     pub iface: Option<String>,
     /// Guard table name.
     pub guard_table: String,
+    /// A running Diodon's metrics endpoint (`--metrics ADDR`), reached from `ns`.
+    pub diodon: Option<SocketAddr>,
 }
 
 /// Reads the UDP MIB of `ns` (on a thread inside it).
 pub fn read_udp(ns: Option<&str>) -> Result<Udp, StatsError> {
-    let snmp = match ns {
-        None => UdpSnmp::read()?,
-        Some(ns) => spawn_in(ns, UdpSnmp::read)?
+    Ok(read_snmp(ns)?.0)
+}
+
+/// Reads the UDP MIB and the IP fragment counters of `ns`, from one read.
+pub fn read_snmp(ns: Option<&str>) -> Result<(Udp, Ip), StatsError> {
+    fn here() -> Result<(Udp, Ip), StatsError> {
+        let path = ["/proc/thread-self/net/snmp", "/proc/net/snmp"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap_or("/proc/net/snmp");
+        let text =
+            std::fs::read_to_string(path).map_err(|e| StatsError::Parse(format!("{path}: {e}")))?;
+        Ok((UdpSnmp::parse_snmp(&text)?.into(), Ip::parse_snmp(&text)?))
+    }
+    match ns {
+        None => here(),
+        Some(ns) => spawn_in(ns, here)?
             .join()
-            .map_err(|_| StatsError::Parse("counter thread panicked".into()))???,
-    };
-    Ok(snmp.into())
+            .map_err(|_| StatsError::Parse("counter thread panicked".into()))??,
+    }
 }
 
 /// Reads the link counters of `iface` in `ns`.
@@ -203,12 +401,15 @@ impl Snapshot {
     /// Reads all points of `t`; the guard is `None` when its table is absent.
     pub fn read(t: &Target) -> Result<Snapshot, StatsError> {
         let ns = t.ns.as_deref();
+        let (udp, ip) = read_snmp(ns)?;
         Ok(Snapshot {
             ns: t.ns.clone(),
             iface: t.iface.clone(),
-            udp: read_udp(ns)?,
+            udp,
+            ip,
             link: t.iface.as_deref().map(|i| read_link(ns, i)).transpose()?,
             guard: guard::counters(ns, &t.guard_table).ok(),
+            diodon: t.diodon.map(|a| DiodonCounters::fetch(ns, a)).transpose()?,
         })
     }
 
@@ -219,11 +420,16 @@ impl Snapshot {
             ns: self.ns.clone(),
             iface: self.iface.clone(),
             udp: self.udp.delta(&earlier.udp),
+            ip: self.ip.delta(&earlier.ip),
             link: match (self.link, earlier.link) {
                 (Some(a), Some(b)) => Some(a.delta(&b)),
                 _ => None,
             },
             guard: match (&self.guard, &earlier.guard) {
+                (Some(a), Some(b)) => Some(a.delta(b)),
+                _ => None,
+            },
+            diodon: match (&self.diodon, &earlier.diodon) {
                 (Some(a), Some(b)) => Some(a.delta(b)),
                 _ => None,
             },
@@ -238,6 +444,12 @@ impl Snapshot {
             s,
             "udp   InDatagrams {} NoPorts {} InErrors {} OutDatagrams {} RcvbufErrors {} SndbufErrors {} InCsumErrors {}",
             u.InDatagrams, u.NoPorts, u.InErrors, u.OutDatagrams, u.RcvbufErrors, u.SndbufErrors, u.InCsumErrors
+        );
+        let ip = &self.ip;
+        let _ = writeln!(
+            s,
+            "ip    ReasmReqds {} ReasmOKs {} ReasmFails {} ReasmTimeout {} FragOKs {} FragCreates {} FragFails {}",
+            ip.ReasmReqds, ip.ReasmOKs, ip.ReasmFails, ip.ReasmTimeout, ip.FragOKs, ip.FragCreates, ip.FragFails
         );
         if let (Some(l), Some(i)) = (&self.link, &self.iface) {
             let _ = writeln!(
@@ -256,6 +468,20 @@ impl Snapshot {
                 g.dropped_in.packets,
                 g.dropped_out.packets
             );
+        }
+        if let Some(d) = &self.diodon {
+            // One line per role (receiver, sender, udp_source, ...).
+            let mut roles: BTreeMap<&str, String> = BTreeMap::new();
+            for (k, v) in &d.counters {
+                let (role, name) = ["receiver_", "sender_", "udp_source_", "udp_forward_"]
+                    .iter()
+                    .find_map(|p| k.strip_prefix(p).map(|n| (p.trim_end_matches('_'), n)))
+                    .unwrap_or(("other", k));
+                let _ = write!(roles.entry(role).or_default(), " {name} {v}");
+            }
+            for (role, line) in roles {
+                let _ = writeln!(s, "diodon {} {role}{line}", d.endpoint);
+            }
         }
         s
     }
@@ -303,11 +529,82 @@ mod tests {
     }
 
     #[test]
+    fn parses_ip_fragment_counters() {
+        let text = "Ip: Forwarding DefaultTTL InReceives ReasmTimeout ReasmReqds ReasmOKs ReasmFails FragOKs FragFails FragCreates\n\
+                    Ip: 2 64 100 1 90 10 7 3 0 12\n\
+                    Udp: InDatagrams NoPorts\nUdp: 5 0\n";
+        let ip = Ip::parse_snmp(text).expect("test");
+        assert_eq!(
+            ip,
+            Ip {
+                ReasmReqds: 90,
+                ReasmOKs: 10,
+                ReasmFails: 7,
+                ReasmTimeout: 1,
+                FragOKs: 3,
+                FragCreates: 12,
+                FragFails: 0
+            }
+        );
+        assert!(Ip::parse_snmp("Udp: a\nUdp: 1\n").is_err());
+    }
+
+    #[test]
+    fn parses_diodon_metrics_and_deltas() {
+        let page = "# HELP diodon_receiver_missing_total Datagrams never received.\n\
+                    # TYPE diodon_receiver_missing_total counter\n\
+                    diodon_receiver_missing_total 7\n\
+                    diodon_receiver_socket_drops_total 3\n\
+                    diodon_kernel_udp_in_datagrams_total 99\n\
+                    diodon_link_rx_packets_total{interface=\"rx0\"} 5\n\
+                    diodon_interface_in_use{interface=\"rx0\"} 1\n\
+                    diodon_sender_datagrams_sent_total 12\n\
+                    other_metric 4\n";
+        let a = DiodonCounters::parse("127.0.0.1:9978", page);
+        assert_eq!(a.get("receiver_missing"), 7);
+        assert_eq!(a.get("receiver_socket_drops"), 3);
+        assert_eq!(a.get("sender_datagrams_sent"), 12);
+        assert_eq!(a.counters.len(), 3, "{:?}", a.counters);
+        let mut b = a.clone();
+        b.counters.insert("receiver_missing".into(), 10);
+        let d = Snapshot {
+            diodon: Some(b),
+            ..Snapshot::default()
+        }
+        .delta(&Snapshot {
+            diodon: Some(a),
+            ..Snapshot::default()
+        });
+        let dd = d.diodon.as_ref().expect("test");
+        assert_eq!(dd.get("receiver_missing"), 3);
+        assert_eq!(dd.get("receiver_socket_drops"), 0);
+        let text = d.text();
+        assert!(
+            text.contains("diodon 127.0.0.1:9978 receiver missing 3 socket_drops 0"),
+            "{text}"
+        );
+        assert!(text.contains("diodon 127.0.0.1:9978 sender datagrams_sent 0"));
+    }
+
+    #[test]
+    fn unreachable_metrics_endpoint_is_an_error() {
+        // A port nobody listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("test")
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("test");
+        let e = DiodonCounters::fetch(None, addr).expect_err("nothing listens");
+        assert!(e.to_string().contains("Diodon metrics at 127.0.0.1"), "{e}");
+    }
+
+    #[test]
     fn reads_this_namespace() {
         let s = Snapshot::read(&Target {
             ns: None,
             iface: Some("lo".into()),
             guard_table: "diodon_no_such_table".into(),
+            diodon: None,
         })
         .expect("test");
         assert!(s.link.is_some());

@@ -1,21 +1,49 @@
 //! The diode trial harness (thesis ch. 4, Listing 4.2), as a library.
 //!
 //! ```text
-//!  for (mtu, loss): testbed up ─► guard apply (tx, rx)
-//!   for tool × rcvbuf (net.core.rmem_* set, restored on drop) × bitrate × trial:
-//!     start receiver (rx ns) ─► snapshot tx+rx ─► t0 ─► start sender (tx ns)
-//!     ─► wait (timeout → kill, failed) ─► t1 = receiver exit ─► SHA-256 ─► snapshot
-//!     ─► Row (Table A.1 + missing, recovered, socket_drops, repair_ratio, injected_loss)
+//!  for round (trial number) × (mtu, loss): testbed up ─► guard apply (tx, rx)
+//!   for tool × rcvbuf (net.core.rmem_* set, restored on drop) × bitrate:
+//!     [loss > 0: testbed and guards anew] ─► start receiver (rx ns) ─► wait until bound
+//!     ─► snapshot tx+rx ─► t0 ─► start sender (tx ns)
+//!     ─► wait (grace after sender exit / timeout → kill, failed) ─► t1 = receiver exit
+//!     ─► SHA-256 ─► snapshot ─► Row (Table A.1 + snmp_ReasmFails, missing, recovered,
+//!        socket_drops, repair_ratio, injected_loss, app_rcvbuf, reason)
 //! ```
 //!
 //! Processes are started through `ip netns exec`, which `exec`s the program,
 //! so the child's PID is the tool itself and a kill reaches it. Only those
 //! PIDs are ever signalled.
+//!
+//! `Xfer_time` is the thesis's (Listing 4.2): from just before the sender is
+//! started to the moment the receiver has exited (seen within 2 ms). The
+//! receiver is started first and the clock starts only once its socket is
+//! bound (read from the namespace's `/proc/net/udp`), so its start-up is not
+//! counted. What it covers per tool:
+//!
+//! ```text
+//!  diodon   sender start-up, the paced transfer (data + repair + trailer), the
+//!           receiver's BLAKE3 check and rename: `recv --channels 1` exits as
+//!           soon as the one file is decided. Not the sender's 0.75 s linger
+//!           of closing beacons (the harness waits for it between trials).
+//!  pydiode  Python start-up of the sender, every chunk sent `r` times, up to
+//!           the receiver's exit on the first end-of-file datagram (after its
+//!           SHA-256 check); not the rest of the end-of-file chunk.
+//!  netcat   the paced transfer plus the receiver's idle timeout (`nc -w 1`):
+//!           UDP netcat has no end of file, so its times are the transfer + 1 s,
+//!           as in the thesis (ch. 4.2.3).
+//! ```
+//!
+//! A trial whose receiver is still running `receiver_grace_s` after its sender
+//! exited fails (nothing more can arrive), and so does one still running at
+//! `timeout_s`. With injected loss the testbed is rebuilt before every trial:
+//! fragments of datagrams that lost a piece otherwise wait 30 s
+//! (`net.ipv4.ipfrag_time`) in the reassembly queue and hold its memory.
 
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
-use crate::plan::{Content, Plan, PlanError, Tool};
+use crate::plan::{Content, DiodonRcvbuf, Plan, PlanError, Tool};
 use crate::stats::{Snapshot, StatsError, Target};
+use diodon_io::netns::spawn_in;
 use sha2::{Digest, Sha256};
 use socket2::{Domain, Socket, Type};
 use std::fs::{self, File};
@@ -158,6 +186,10 @@ pub struct Row {
     pub snmp_in_errors: u64,
     /// Receiver UDP MIB.
     pub snmp_rcvbuf_errors: u64,
+    /// Receiver IP MIB: fragments whose datagram could not be reassembled
+    /// (a fragment lost, or reassembly memory full); such datagrams never
+    /// reach UDP (only tools that send datagrams larger than the MTU).
+    pub snmp_reasm_fails: u64,
     /// Diodon: source symbols missing.
     pub missing: Option<u64>,
     /// Diodon: recovered by FEC.
@@ -173,7 +205,7 @@ pub struct Row {
 }
 
 /// The CSV header: configuration, Table A.1, extras.
-pub const CSV_HEADER: &str = "tool,rcvbuf,mtu,bitrate,trial,sender_rc,receiver_rc,Xfer_time,Xfer_success,in_file_size,out_file_size,dtgrms_sent,dtgrms_received,dtgrms_corrupt,tx_errors,tx_dropped,rx_errors,rx_dropped,snmp_OutDatagrams,snmp_SndbufErrors,snmp_InDatagrams,snmp_InErrors,snmp_RcvbufErrors,missing,recovered,socket_drops,repair_ratio,injected_loss,app_rcvbuf,reason";
+pub const CSV_HEADER: &str = "tool,rcvbuf,mtu,bitrate,trial,sender_rc,receiver_rc,Xfer_time,Xfer_success,in_file_size,out_file_size,dtgrms_sent,dtgrms_received,dtgrms_corrupt,tx_errors,tx_dropped,rx_errors,rx_dropped,snmp_OutDatagrams,snmp_SndbufErrors,snmp_InDatagrams,snmp_InErrors,snmp_RcvbufErrors,snmp_ReasmFails,missing,recovered,socket_drops,repair_ratio,injected_loss,app_rcvbuf,reason";
 
 fn na<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "na".to_owned(), |v| v.to_string())
@@ -207,6 +239,7 @@ impl Row {
             self.snmp_in_datagrams.to_string(),
             self.snmp_in_errors.to_string(),
             self.snmp_rcvbuf_errors.to_string(),
+            self.snmp_reasm_fails.to_string(),
             na(self.missing),
             na(self.recovered),
             na(self.socket_drops),
@@ -377,6 +410,62 @@ fn rc(s: ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
 
+/// How often the harness looks whether the sender or receiver exited (the
+/// resolution of `Xfer_time`).
+const POLL: Duration = Duration::from_millis(2);
+
+/// How long a receiver may take to bind its socket.
+const BIND_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether `/proc/net/udp` or `udp6` text lists a socket bound to local `port`.
+pub fn udp_port_bound(proc_net_udp: &str, port: u16) -> bool {
+    let want = format!("{port:04X}");
+    proc_net_udp.lines().skip(1).any(|l| {
+        l.split_whitespace()
+            .nth(1)
+            .and_then(|local| local.rsplit_once(':'))
+            .is_some_and(|(_, p)| p == want)
+    })
+}
+
+/// Waits until a UDP socket is bound to `port` in namespace `ns`; `false`
+/// when `limit` passed or the receiver exited first.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a wall-clock bound on the receiver's start-up"
+)]
+fn wait_bound(
+    ns: &str,
+    port: u16,
+    receiver: &mut Child,
+    limit: Duration,
+) -> Result<bool, TrialError> {
+    let start = Instant::now();
+    loop {
+        let bound = spawn_in(ns, move || {
+            ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
+                .iter()
+                .any(|p| fs::read_to_string(p).is_ok_and(|t| udp_port_bound(&t, port)))
+        })
+        .map_err(StatsError::from)?
+        .join()
+        .map_err(|_| TrialError::Missing("socket-table thread panicked".into()))?
+        .map_err(StatsError::from)?;
+        if bound {
+            return Ok(true);
+        }
+        if start.elapsed() >= limit
+            || receiver
+                .try_wait()
+                .map_err(io_err("waiting for the receiver"))?
+                .is_some()
+        {
+            return Ok(false);
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 fn kill(pid: u32, sig: &str) {
     let _ = Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -384,7 +473,9 @@ fn kill(pid: u32, sig: &str) {
         .status();
 }
 
-/// Runs every cell of `plan`; returns all rows.
+/// Runs every cell of `plan`; returns all rows. When `opts.stop` is set the
+/// run ends after killing the current trial's processes and restoring the
+/// system, and returns the rows of the trials that completed.
 #[expect(
     clippy::too_many_lines,
     reason = "one nested loop over the plan's cells with setup and teardown"
@@ -448,50 +539,41 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
         None
     };
     let mut rows = Vec::new();
-    for &mtu in &plan.mtu {
-        for &loss in &plan.loss {
-            let _tb = if plan.link.testbed {
-                Some(Testbed::up(opts, mtu, loss)?)
-            } else {
-                None
-            };
-            let guards = if plan.link.guard {
-                let tx = GuardSpec::new(
-                    Some(ends.tx_ns.clone()),
-                    &ends.tx_if,
-                    Role::Sender,
-                    ends.peer(),
-                    Some(ends.tx_addr),
-                    guard::DEFAULT_TABLE,
-                )?;
-                let rx = GuardSpec {
-                    ns: Some(ends.rx_ns.clone()),
-                    iface: ends.rx_if.clone(),
-                    role: Role::Receiver,
-                    ..tx.clone()
-                };
-                guard::apply(&tx)?;
-                guard::apply(&rx)?;
-                Some((tx, rx))
-            } else {
-                None
-            };
-            for &tool in &tools {
-                for &rcvbuf in &plan.rcvbuf {
-                    if let Some(r) = &rmem {
-                        r.set(rcvbuf)?;
-                    }
-                    let config = Config {
-                        tool,
-                        rcvbuf,
-                        mtu,
-                        loss,
-                    };
-                    for &bitrate in &plan.bitrates_mbps {
-                        for trial in 1..=plan.trials {
+    // An interruption ends the run after cleaning up and keeps the rows so
+    // far; the caller sees `opts.stop` set.
+    // Rounds: trial 1 of every cell, then trial 2 of every cell, ... so a
+    // change of the machine's load during a long run spreads over all cells,
+    // and an interrupted run leaves every cell with (nearly) as many trials.
+    'all: for trial in 1..=plan.trials {
+        for &mtu in &plan.mtu {
+            for &loss in &plan.loss {
+                let mut link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
+                let mut fresh = true;
+                for &tool in &tools {
+                    for &rcvbuf in &plan.rcvbuf {
+                        if let Some(r) = &rmem {
+                            r.set(rcvbuf)?;
+                        }
+                        let config = Config {
+                            tool,
+                            rcvbuf,
+                            mtu,
+                            loss,
+                        };
+                        for &bitrate in &plan.bitrates_mbps {
                             if opts.stop.load(Ordering::Relaxed) {
-                                return Err(TrialError::Interrupted);
+                                break 'all;
                             }
+                            // With injected loss, fragments of datagrams that
+                            // lost a piece wait net.ipv4.ipfrag_time (30 s) in
+                            // the receiver's reassembly queue and hold its
+                            // memory; a new testbed per trial keeps one
+                            // trial's leftovers from starving the next.
+                            if plan.link.testbed && loss > 0.0 && !fresh {
+                                drop(link.take());
+                                link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
+                            }
+                            fresh = false;
                             let ctx = TrialCtx {
                                 plan,
                                 opts,
@@ -501,7 +583,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
                                 in_size,
                                 work: &work,
                             };
-                            let row = ctx.run_one(&config, bitrate, trial)?;
+                            let row = match ctx.run_one(&config, bitrate, trial) {
+                                Err(TrialError::Interrupted) => break 'all,
+                                other => other?,
+                            };
                             if opts.verbose {
                                 eprintln!(
                                     "trial {} {bitrate} Mbit/s #{trial}: {} in {:.2} s{}",
@@ -519,18 +604,75 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
                         }
                     }
                 }
-            }
-            if let Some((tx, rx)) = guards {
-                if !plan.link.testbed {
-                    let _ = guard::remove(tx.ns.as_deref(), &tx.table);
-                    let _ = guard::remove(rx.ns.as_deref(), &rx.table);
-                }
+                drop(link);
             }
         }
     }
     drop(rmem);
     let _ = fs::remove_dir_all(&work);
     Ok(rows)
+}
+
+/// The link of one cell group: the testbed (when the plan builds one) and
+/// the guards (when it loads them). Dropping it takes the testbed down, or
+/// on a real diode removes the guards again.
+struct LinkUp<'a> {
+    testbed: Option<Testbed<'a>>,
+    guards: Option<(GuardSpec, GuardSpec)>,
+    keep_guards: bool,
+}
+
+impl<'a> LinkUp<'a> {
+    fn new(
+        plan: &Plan,
+        opts: &'a RunOptions,
+        ends: &Ends,
+        mtu: u32,
+        loss: f64,
+    ) -> Result<Self, TrialError> {
+        let testbed = if plan.link.testbed {
+            Some(Testbed::up(opts, mtu, loss)?)
+        } else {
+            None
+        };
+        let guards = if plan.link.guard {
+            let tx = GuardSpec::new(
+                Some(ends.tx_ns.clone()),
+                &ends.tx_if,
+                Role::Sender,
+                ends.peer(),
+                Some(ends.tx_addr),
+                guard::DEFAULT_TABLE,
+            )?;
+            let rx = GuardSpec {
+                ns: Some(ends.rx_ns.clone()),
+                iface: ends.rx_if.clone(),
+                role: Role::Receiver,
+                ..tx.clone()
+            };
+            guard::apply(&tx)?;
+            guard::apply(&rx)?;
+            Some((tx, rx))
+        } else {
+            None
+        };
+        Ok(LinkUp {
+            testbed,
+            guards,
+            keep_guards: plan.link.testbed,
+        })
+    }
+}
+
+impl Drop for LinkUp<'_> {
+    fn drop(&mut self) {
+        if let (Some((tx, rx)), false) = (&self.guards, self.keep_guards) {
+            let _ = guard::remove(tx.ns.as_deref(), &tx.table);
+            let _ = guard::remove(rx.ns.as_deref(), &rx.table);
+        }
+        // The testbed (and with it the guards) goes down after this.
+        drop(self.testbed.take());
+    }
 }
 
 struct TrialCtx<'a> {
@@ -564,10 +706,15 @@ impl TrialCtx<'_> {
                 let mut cmd = Self::ns_cmd(&e.rx_ns, &self.opts.diodon_bin);
                 cmd.args(["recv", "--listen", &e.peer().to_string(), "--out"])
                     .arg(out)
-                    .args(["--once", "--json", "--no-fsync"])
+                    // Exit as soon as the one file is verified (or failed),
+                    // not after the link has been silent for a while.
+                    .args(["--channels", "1", "--json", "--no-fsync"])
                     .args(["--rate", &format!("{}mbit", bitrate.ceil())])
                     .args(["--mtu", &c.mtu.to_string()]);
-                if c.rcvbuf != 0 {
+                // Held to the cell's buffer like the other tools, or (the
+                // default) Diodon's own: it forces rate × 250 ms, at least
+                // 4 MiB, whatever net.core.rmem_max says (app_rcvbuf).
+                if c.rcvbuf != 0 && self.plan.diodon_rcvbuf == DiodonRcvbuf::Cell {
                     cmd.args(["--rcvbuf", &c.rcvbuf.to_string()]);
                 }
                 cmd.stdout(Stdio::piped()).stderr(log).spawn()
@@ -621,8 +768,11 @@ impl TrialCtx<'_> {
                 Ok(Sender { child, pacer: None })
             }
             Tool::Netcat => {
-                // One write per datagram: a SOCK_SEQPACKET pair keeps message
-                // boundaries, so nc's read() returns exactly one chunk.
+                // Records on a SOCK_SEQPACKET pair: each read() of nc's returns
+                // at most one record, so datagrams stay near the record size.
+                // A record that does not fit the rest of nc's 16 KiB stdin
+                // buffer is truncated by that read (its bytes are lost before
+                // any socket): records of a power of two never straddle it.
                 let (ours, theirs) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
                 let child = Self::ns_cmd(&e.tx_ns, Path::new("nc"))
                     .args(["-u", "-n", "-q", "0", "-s", &e.tx_addr.to_string()])
@@ -632,7 +782,8 @@ impl TrialCtx<'_> {
                     .stdout(Stdio::null())
                     .stderr(log)
                     .spawn()?;
-                let chunk = c.mtu as usize - if e.rx_addr.is_ipv4() { 28 } else { 48 };
+                let room = c.mtu as usize - if e.rx_addr.is_ipv4() { 28 } else { 48 };
+                let chunk = netcat_record(room);
                 let input = self.input.to_owned();
                 let stop = Arc::clone(&self.opts.stop);
                 let pacer = thread::Builder::new()
@@ -663,6 +814,7 @@ impl TrialCtx<'_> {
             ns: Some(ns.to_owned()),
             iface: Some(iface.to_owned()),
             guard_table: guard::DEFAULT_TABLE.to_owned(),
+            diodon: None,
         };
         Ok((
             Snapshot::read(&t(&self.ends.tx_ns, &self.ends.tx_if))?,
@@ -686,24 +838,38 @@ impl TrialCtx<'_> {
         let mut receiver = self
             .start_receiver(c, bitrate, &out)
             .map_err(io_err(format!("starting the {} receiver", c.tool)))?;
-        // Give the receiver time to bind before anything is sent.
-        thread::sleep(Duration::from_millis(300));
+        // Nothing is sent before the receiver's socket is bound (a fixed
+        // sleep would either waste time or lose the first datagrams).
+        if !wait_bound(&self.ends.rx_ns, self.ends.port, &mut receiver, BIND_WAIT)? {
+            reason = format!(
+                "receiver did not bind UDP port {} within {} s",
+                self.ends.port,
+                BIND_WAIT.as_secs()
+            );
+        }
         let (tx0, rx0) = self.snapshots()?;
         let t0 = Instant::now();
         let deadline = t0 + Duration::from_secs_f64(self.plan.timeout_s);
-        let mut sender = match self.start_sender(c, bitrate) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                reason = format!("sender did not start: {e}");
-                kill(receiver.id(), "-KILL");
-                None
+        let mut sender = if reason.is_empty() {
+            match self.start_sender(c, bitrate) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    reason = format!("sender did not start: {e}");
+                    kill(receiver.id(), "-KILL");
+                    None
+                }
             }
+        } else {
+            kill(receiver.id(), "-KILL");
+            None
         };
         let kill_at = self.plan.fault.as_ref().and_then(|f| {
             (f.kill_receiver_trial == trial)
                 .then(|| t0 + Duration::from_millis(f.kill_receiver_after_ms))
         });
         let mut sender_rc = -1;
+        let mut sender_done: Option<Instant> = None;
+        let grace = Duration::from_secs_f64(self.plan.receiver_grace_s);
         let mut receiver_rc = None;
         let mut t1 = None;
         let mut killed_by_fault = false;
@@ -715,6 +881,7 @@ impl TrialCtx<'_> {
                     .map_err(io_err("waiting for the sender"))?
                 {
                     sender_rc = rc(st);
+                    sender_done = Some(Instant::now());
                     if let Some(p) = s.pacer.take() {
                         if let Ok(Err(e)) = p.join() {
                             reason = format!("netcat pacer: {e}");
@@ -754,6 +921,19 @@ impl TrialCtx<'_> {
                 kill(receiver.id(), "-KILL");
                 killed_by_fault = true;
             }
+            if receiver_rc.is_none() && sender_done.is_some_and(|d| now >= d + grace) {
+                kill(receiver.id(), "-KILL");
+                let st = receiver.wait().map_err(io_err("reaping the receiver"))?;
+                receiver_rc = Some(rc(st));
+                t1 = Some(now);
+                if reason.is_empty() {
+                    reason = format!(
+                        "receiver still running {} s after the sender exited",
+                        self.plan.receiver_grace_s
+                    );
+                }
+                break;
+            }
             if now >= deadline {
                 if receiver_rc.is_none() {
                     kill(receiver.id(), "-KILL");
@@ -776,7 +956,7 @@ impl TrialCtx<'_> {
                 }
                 break;
             }
-            thread::sleep(Duration::from_millis(5));
+            thread::sleep(POLL);
         }
         let t1 = t1.unwrap_or_else(Instant::now);
         let receiver_rc = receiver_rc.unwrap_or(-1);
@@ -840,6 +1020,7 @@ impl TrialCtx<'_> {
             snmp_in_datagrams: drx.udp.InDatagrams,
             snmp_in_errors: drx.udp.InErrors,
             snmp_rcvbuf_errors: drx.udp.RcvbufErrors,
+            snmp_reasm_fails: drx.ip.ReasmFails,
             missing: field("missing"),
             recovered: field("recovered"),
             socket_drops: field("socket_drops"),
@@ -852,6 +1033,15 @@ impl TrialCtx<'_> {
             reason,
         })
     }
+}
+
+/// The largest power of two that fits a datagram of `room` payload bytes
+/// (1024 at MTU 1500, 8192 at MTU 9000): it divides nc's 16 KiB buffer.
+fn netcat_record(room: usize) -> usize {
+    if room < 2 {
+        return 1;
+    }
+    1 << (usize::BITS - 1 - room.leading_zeros())
 }
 
 /// Feeds `input` in `chunk`-byte messages at `bits_per_s` (payload bits), like
@@ -939,6 +1129,7 @@ mod tests {
             snmp_in_datagrams: 3,
             snmp_in_errors: 0,
             snmp_rcvbuf_errors: 0,
+            snmp_reasm_fails: 0,
             missing: None,
             recovered: None,
             socket_drops: None,
@@ -960,6 +1151,27 @@ mod tests {
         assert!(line.starts_with("netcat,4194304,1500,100,1,0,0,1.500,True,10,10,3,na,0,"));
         assert!(line.ends_with(",na,na,na,0,0,na,a; b"), "{line}");
         assert_eq!(r.config.label(), "netcat_rcvbuf-4MiB_mtu-1500_loss-0");
+    }
+
+    #[test]
+    fn netcat_records_divide_its_buffer() {
+        assert_eq!(netcat_record(1472), 1024);
+        assert_eq!(netcat_record(8972), 8192);
+        assert_eq!(netcat_record(1024), 1024);
+        assert_eq!(16384 % netcat_record(1452), 0);
+    }
+
+    #[test]
+    fn finds_a_bound_udp_port() {
+        let v4 = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                  \x20 12: 02004D0A:1E6E 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n";
+        assert!(udp_port_bound(v4, 7790));
+        assert!(!udp_port_bound(v4, 7791));
+        assert!(!udp_port_bound(v4, 0x4D0A), "the address is not the port");
+        let v6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                  \x20 5: 00000000000000000000000000000000:1E6E 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 99 2 0000000000000000 0\n";
+        assert!(udp_port_bound(v6, 7790));
+        assert!(!udp_port_bound("", 7790));
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub enum Command {
     Relay(crate::deltat::RelayArgs),
     /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
     Guard(crate::guard::GuardArgs),
-    /// Kernel measuring points (UDP MIB, link, guard counters), once or as deltas.
+    /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
     /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
     Trial(crate::trial::TrialArgs),
@@ -163,6 +163,10 @@ pub struct RecvArgs {
     /// Exit once channels were seen, all are decided and the link is silent.
     #[arg(long)]
     pub once: bool,
+    /// Exit as soon as N channels (files, streams) are decided, verified or
+    /// failed, without waiting for the link to fall silent. Implies --once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub channels: Option<u64>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,
@@ -197,6 +201,7 @@ pub struct FileConfig {
     out: Option<PathBuf>,
     stdout: Option<bool>,
     once: Option<bool>,
+    channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
     repair: Option<u32>,
@@ -347,6 +352,7 @@ pub struct RecvSettings {
     pub stdout: bool,
     pub tcp_connect: Option<SocketAddr>,
     pub once: bool,
+    pub channels: Option<u64>,
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
@@ -362,7 +368,8 @@ impl RecvArgs {
             out: pick(self.out.as_ref(), f.out.as_ref()),
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),
-            once: self.once || f.once.unwrap_or(false),
+            once: self.once || f.once.unwrap_or(false) || self.channels.or(f.channels).is_some(),
+            channels: self.channels.or(f.channels).filter(|&n| n > 0),
             rcvbuf: self.rcvbuf.or(f.rcvbuf),
             stall: Duration::from_millis(self.stall.or(f.stall).unwrap_or(250)),
             fsync: !(self.no_fsync || f.no_fsync.unwrap_or(false)),
@@ -400,9 +407,11 @@ mod tests {
 
     #[test]
     fn toml_matches_flags() {
-        let f: FileConfig =
-            toml::from_str("rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\n")
-                .unwrap();
+        let f: FileConfig = toml::from_str(
+            "rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\nchannels = 2\n",
+        )
+        .unwrap();
+        assert_eq!(f.channels, Some(2));
         assert_eq!(f.rate.as_deref(), Some("1gbit"));
         assert_eq!(f.repair, Some(20));
         assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
@@ -416,6 +425,35 @@ mod tests {
         .unwrap();
         assert_eq!(link.repair.get(), 5);
         assert_eq!(link.rate.bps(), 950_000_000);
+    }
+
+    #[test]
+    fn channels_implies_once_and_must_be_positive() {
+        let recv = |args: &[&str]| -> Result<RecvSettings> {
+            let cli = Cli::try_parse_from(
+                [
+                    "diodon",
+                    "recv",
+                    "--listen",
+                    "127.0.0.1:7700",
+                    "--out",
+                    "/o",
+                ]
+                .iter()
+                .chain(args),
+            )?;
+            let Command::Recv(r) = cli.cmd else {
+                panic!("not recv")
+            };
+            r.resolve(&FileConfig::default())
+        };
+        let s = recv(&["--channels", "2"]).unwrap();
+        assert!(s.once);
+        assert_eq!(s.channels, Some(2));
+        let s = recv(&[]).unwrap();
+        assert!(!s.once);
+        assert_eq!(s.channels, None);
+        assert!(recv(&["--channels", "0"]).is_err());
     }
 
     #[test]

@@ -257,12 +257,21 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
     } else {
         Arc::clone(&stop)
     };
+    // As on the receiving side: exit when the core is done, not on the next
+    // tick of the progress display.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let core = thread::Builder::new()
         .name("diodon-core".into())
-        .spawn(move || run_sender(&opts, &input, core_progress, &core_stop))
+        .spawn(move || {
+            let r = run_sender(&opts, &input, core_progress, &core_stop);
+            let _ = done_tx.send(());
+            r
+        })
         .map_err(|e| Fatal(EXIT_IO, e.into()))?;
     let bar = (std::io::stderr().is_terminal() && !link.json).then(|| make_bar(total));
-    while !core.is_finished() {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        done_rx.recv_timeout(Duration::from_millis(100))
+    {
         if let Some(bar) = bar {
             bar.set_position(progress.bytes.load(Ordering::Relaxed));
             bar.set_message(format!(
@@ -270,7 +279,6 @@ fn cmd_send(args: &SendArgs) -> Result<u8, Fatal> {
                 progress.datagrams.load(Ordering::Relaxed)
             ));
         }
-        thread::sleep(Duration::from_millis(100));
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -329,6 +337,7 @@ fn cmd_recv(args: &RecvArgs) -> Result<u8, Fatal> {
         queue_batches: 256,
         event_queue: 256,
         once: s.once,
+        expect_channels: s.channels,
     };
     let json_to_stderr = s.stdout;
     let stop = stop_flag();
@@ -388,12 +397,21 @@ fn run_with_progress<S: Sink>(
     let o = opts.clone();
     let p = Arc::clone(progress);
     let st = Arc::clone(stop);
+    // The worker says when it is done, so the process exits at once rather
+    // than on the next tick of the progress display.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::Builder::new()
         .name("diodon-decoder".into())
-        .spawn(move || run_receiver(&o, sink, &p, &st))
+        .spawn(move || {
+            let r = run_receiver(&o, sink, &p, &st);
+            let _ = done_tx.send(());
+            r
+        })
         .map_err(|e| Fatal(EXIT_IO, e.into()))?;
     let bar = (show && std::io::stderr().is_terminal()).then(|| make_bar(0));
-    while !worker.is_finished() {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+        done_rx.recv_timeout(Duration::from_millis(100))
+    {
         if let Some(bar) = bar {
             bar.set_position(progress.bytes.load(Ordering::Relaxed));
             bar.set_message(format!(
@@ -404,7 +422,6 @@ fn run_with_progress<S: Sink>(
                 progress.socket_drops.load(Ordering::Relaxed)
             ));
         }
-        thread::sleep(Duration::from_millis(100));
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();

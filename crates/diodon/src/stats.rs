@@ -1,5 +1,7 @@
-//! `diodon stats`: every kernel measuring point of one host in one view, once
-//! or every `--watch SECS` as deltas (see `diodon_lab::stats`).
+//! `diodon stats`: every measuring point of one host in one view (kernel UDP
+//! MIB, link, guard and, with `--diodon ADDR`, a running Diodon's own
+//! counters from its metrics endpoint), once or every `--watch SECS` as
+//! deltas (see `diodon_lab::stats`).
 //!
 //! ```text
 //!  snapshot ─► print (absolute) ─► sleep SECS ─► snapshot ─► print delta ─► ...
@@ -30,6 +32,11 @@ pub struct StatsArgs {
     /// Guard table whose counters to include.
     #[arg(long, default_value = guard::DEFAULT_TABLE)]
     pub table: String,
+    /// Include a running Diodon's own counters (socket drops, missing,
+    /// recovered, lost, ...) from its metrics endpoint: the ADDR given to
+    /// `diodon send|recv --metrics ADDR`, reached from inside --ns.
+    #[arg(long, value_name = "ADDR")]
+    pub diodon: Option<std::net::SocketAddr>,
     /// One JSON object per snapshot / delta.
     #[arg(long)]
     pub json: bool,
@@ -52,6 +59,7 @@ pub fn run(a: &StatsArgs) -> Result<u8, Fatal> {
         ns: a.ns.clone(),
         iface: a.iface.clone(),
         guard_table: a.table.clone(),
+        diodon: a.diodon,
     };
     let read = || Snapshot::read(&t).map_err(|e| Fatal(crate::EXIT_IO, e.into()));
     let mut last = read()?;

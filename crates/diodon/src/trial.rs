@@ -71,7 +71,8 @@ fn stop_on_signal() -> Arc<AtomicBool> {
 }
 
 /// Runs `diodon trial`. Exit: 0 all trials ran (whatever their outcome);
-/// 2 bad plan; 3 the harness itself failed; 130 interrupted.
+/// 2 bad plan; 3 the harness itself failed; 130 interrupted (the trials that
+/// completed are written all the same).
 pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
     let plan = Plan::load(&a.plan).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
     let stem = a
@@ -95,13 +96,19 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
     };
     let rows = match trial::run(&plan, &opts) {
         Ok(rows) => rows,
-        Err(TrialError::Interrupted) => {
-            eprintln!("diodon: trial interrupted; rmem and testbed restored");
-            return Ok(130);
-        }
         Err(e @ TrialError::Plan(_)) => return Err(Fatal(crate::EXIT_CONFIG, e.into())),
         Err(e) => return Err(Fatal(crate::EXIT_IO, e.into())),
     };
+    let interrupted = opts.stop.load(Ordering::Relaxed);
+    if interrupted {
+        eprintln!(
+            "diodon: trial run interrupted after {} trials; rmem and testbed restored, writing the partial results",
+            rows.len()
+        );
+        if rows.is_empty() {
+            return Ok(130);
+        }
+    }
     std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
     let copy = out.join("plan.toml");
     // Never copy the plan onto itself (that would truncate it).
@@ -111,5 +118,5 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
     report::write_all(&out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
     print!("{}", report::summary(&report::cells(&rows)));
     eprintln!("diodon: results in {}", out.display());
-    Ok(0)
+    Ok(if interrupted { 130 } else { 0 })
 }
