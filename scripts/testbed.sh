@@ -27,7 +27,7 @@
 # If the kernel lacks the netdev egress hook, the rx guard falls back to an
 # inet output chain (locally generated packets; the sender then sees EPERM).
 #
-# --loss PCT drops PCT % of rx ingress at random (nft numgen; this kernel has no
+# --loss PCT drops PCT % of rx ingress UDP at random (nft numgen; this kernel has no
 # sch_netem), in steps of 0.01 %. --rate adds a tbf qdisc on tx0; its burst
 # (default 256kb) must exceed a GSO super-packet (64 KiB) or tbf segments it and
 # may drop parts without telling the sender.
@@ -197,7 +197,10 @@ cmd_up() {
     if [[ -n $loss ]]; then
         local n
         n=$(loss_threshold "$loss")
-        loss_rule="numgen random mod 10000 < $n counter name \"loss_dropped\" drop"
+        # UDP only (IP fragments included: they carry protocol UDP), so the
+        # counter is exact for the traffic under test and stray IPv6
+        # neighbour discovery on the veth never lands in it.
+        loss_rule="meta l4proto udp numgen random mod 10000 < $n counter name \"loss_dropped\" drop"
     fi
     need_tools
     cmd_down
