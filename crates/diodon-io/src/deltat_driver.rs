@@ -230,37 +230,9 @@ fn set_recverr(socket: &UdpSocket, v6: bool) {
 
 /// Empties the socket error queue (ICMP errors reported by `IP_RECVERR`):
 /// its entries are charged to the receive buffer.
-#[expect(
-    unsafe_code,
-    reason = "recvmsg(2) with MSG_ERRQUEUE has no safe std wrapper"
-)]
 fn drain_error_queue(socket: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    loop {
-        let mut data = [0u8; 64];
-        let mut control = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: an all-zero msghdr is valid (null pointers, zero lengths).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &raw mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        // SAFETY: `msg` describes live local buffers of the stated sizes.
-        let rc = unsafe {
-            libc::recvmsg(
-                socket.as_raw_fd(),
-                &raw mut msg,
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
-        if rc < 0 {
-            return;
-        }
-    }
+    while crate::udp::read_error_queue_entry(socket.as_raw_fd()).is_some() {}
 }
 
 /// Errors a UDP socket reports for one datagram or from an ICMP message

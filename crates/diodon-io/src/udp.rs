@@ -960,50 +960,64 @@ impl BatchSender {
         self.calls_since_drain = 0;
         let fd = self.fd.as_raw_fd();
         let mut drained = 0;
-        loop {
-            let mut data = [0u8; 64];
-            let mut control = [0u64; 16];
-            let mut iov = libc::iovec {
-                iov_base: data.as_mut_ptr().cast(),
-                iov_len: data.len(),
-            };
-            // SAFETY: all-zero msghdr is valid (null pointers, zero lengths).
-            let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-            msg.msg_iov = &raw mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = mem::size_of_val(&control) as _;
-            // SAFETY: `msg` describes live local buffers of the stated sizes.
-            let rc =
-                unsafe { libc::recvmsg(fd, &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-            if rc < 0 {
-                break;
-            }
+        while let Some(entry) = read_error_queue_entry(fd) {
             drained += 1;
-            // SAFETY: the kernel filled `control` with `msg_controllen` bytes
-            // of well-formed control messages; we read within each one.
-            unsafe {
-                let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
-                while !cmsg.is_null() {
-                    let level = (*cmsg).cmsg_level;
-                    let ty = (*cmsg).cmsg_type;
-                    let fits = (*cmsg).cmsg_len as usize
-                        >= libc::CMSG_LEN(size_of::<libc::sock_extended_err>() as u32) as usize;
-                    if fits
-                        && ((level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
-                            || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR))
-                    {
-                        let ee: libc::sock_extended_err =
-                            ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                        self.last_queued_errno = i32::try_from(ee.ee_errno).ok();
-                    }
-                    cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
-                }
+            if entry.errno.is_some() {
+                self.last_queued_errno = entry.errno;
             }
         }
         self.counters.error_queue += drained;
         drained
     }
+}
+
+/// One entry read from a socket error queue.
+pub(crate) struct ErrorQueueEntry {
+    /// The extended error's errno, if the entry carried one.
+    pub errno: Option<i32>,
+}
+
+/// Reads one entry of `fd`'s socket error queue (`MSG_ERRQUEUE`, filled by
+/// `IP_RECVERR`/`IPV6_RECVERR`); `None` when the queue is empty.
+pub(crate) fn read_error_queue_entry(fd: RawFd) -> Option<ErrorQueueEntry> {
+    let mut data = [0u8; 64];
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: all-zero msghdr is valid (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = mem::size_of_val(&control) as _;
+    // SAFETY: `msg` describes live local buffers of the stated sizes.
+    let rc = unsafe { libc::recvmsg(fd, &raw mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        return None;
+    }
+    let mut errno = None;
+    // SAFETY: the kernel filled `control` with `msg_controllen` bytes
+    // of well-formed control messages; we read within each one.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !cmsg.is_null() {
+            let level = (*cmsg).cmsg_level;
+            let ty = (*cmsg).cmsg_type;
+            let fits = (*cmsg).cmsg_len as usize
+                >= libc::CMSG_LEN(size_of::<libc::sock_extended_err>() as u32) as usize;
+            if fits
+                && ((level == libc::IPPROTO_IP && ty == libc::IP_RECVERR)
+                    || (level == libc::IPPROTO_IPV6 && ty == libc::IPV6_RECVERR))
+            {
+                let ee: libc::sock_extended_err = ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                errno = i32::try_from(ee.ee_errno).ok();
+            }
+            cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+        }
+    }
+    Some(ErrorQueueEntry { errno })
 }
 
 fn gso_sendmsg(fd: RawFd, addr: &RawAddr, chunk: &[u8], segment_size: u16) -> io::Result<usize> {
