@@ -37,6 +37,27 @@ fn testbed_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/testbed.sh")
 }
 
+/// Runs `diodon trial PLAN --out OUT_DIR` on a testbed named `name`,
+/// echoing its output (shown when the test fails).
+fn run_trial(plan: &Path, out_dir: &Path, name: &str) -> std::process::Output {
+    let out = Command::new(BIN)
+        .arg("trial")
+        .arg(plan)
+        .arg("--out")
+        .arg(out_dir)
+        .arg("--testbed")
+        .arg(testbed_script())
+        .args(["--name", name])
+        .output()
+        .unwrap();
+    eprintln!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
 }
@@ -413,21 +434,7 @@ fn trial_plan_writes_every_output_and_a_killed_receiver_fails() {
     let before = rmem();
     let name = format!("dtl{}", std::process::id());
     let started = std::time::Instant::now();
-    let out = Command::new(BIN)
-        .arg("trial")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&out_dir)
-        .arg("--testbed")
-        .arg(testbed_script())
-        .args(["--name", &name])
-        .output()
-        .unwrap();
-    eprintln!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_trial(&plan, &out_dir, &name);
     assert_eq!(rmem(), before, "net.core.rmem_* restored");
     assert_eq!(out.status.code(), Some(0));
     assert!(started.elapsed() < Duration::from_secs(150), "kept fast");
@@ -550,21 +557,7 @@ fn trial_runs_mtu_9000_with_injected_loss() {
     .unwrap();
     let out_dir = dir.path().join("out");
     let name = format!("dtm{}", std::process::id());
-    let out = Command::new(BIN)
-        .arg("trial")
-        .arg(&plan)
-        .arg("--out")
-        .arg(&out_dir)
-        .arg("--testbed")
-        .arg(testbed_script())
-        .args(["--name", &name])
-        .output()
-        .unwrap();
-    eprintln!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_trial(&plan, &out_dir, &name);
     assert_eq!(out.status.code(), Some(0));
     let netns = String::from_utf8_lossy(
         &Command::new("ip")
