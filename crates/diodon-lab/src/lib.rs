@@ -6,6 +6,7 @@
 //!  plan    the TOML trial plan
 //!  trial   the trial harness: receiver, snapshots, sender, wait, SHA-256, snapshots
 //!  report  CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
+//!  resume  the run journal, reading rows back, continuing a run (`--resume`)
 //! ```
 //!
 //! Everything here drives the kernel through `ip`, `nft` and `/proc`, and
@@ -16,5 +17,6 @@ pub mod guard;
 pub mod nft;
 pub mod plan;
 pub mod report;
+pub mod resume;
 pub mod stats;
 pub mod trial;

@@ -42,10 +42,12 @@
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
 use crate::plan::{Content, DiodonRcvbuf, Plan, PlanError, Tool};
+use crate::resume::{Journal, ResumeError, TrialKey};
 use crate::stats::{Snapshot, StatsError, Target};
 use diodon_io::netns::spawn_in;
 use sha2::{Digest, Sha256};
 use socket2::{Domain, Socket, Type};
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -84,6 +86,9 @@ pub enum TrialError {
     /// Something the run needs is missing.
     #[error("{0}")]
     Missing(String),
+    /// The journal, or an earlier run's rows.
+    #[error(transparent)]
+    Resume(#[from] ResumeError),
     /// Interrupted.
     #[error("interrupted")]
     Interrupted,
@@ -109,6 +114,11 @@ pub struct RunOptions {
     pub stop: Arc<AtomicBool>,
     /// Progress lines on stderr.
     pub verbose: bool,
+    /// Trials an earlier run already did (`--resume`): skipped.
+    pub done: HashSet<TrialKey>,
+    /// Append every finished row to `out_dir/journal.csv` (synced), so a
+    /// killed run loses at most the trial it was in.
+    pub journal: bool,
 }
 
 /// One configuration (everything but bitrate and trial number).
@@ -249,6 +259,81 @@ impl Row {
             self.reason.replace([',', '\n', '"'], ";"),
         ]
         .join(",")
+    }
+}
+
+impl Row {
+    /// Parses a line written by [`Row::csv`] (the resumed run's rows). The
+    /// `reason` comes back as written (commas had become `;`), `Xfer_time`
+    /// to the millisecond.
+    pub fn from_csv(line: &str) -> Result<Row, String> {
+        let f: Vec<&str> = line.split(',').collect();
+        let want = CSV_HEADER.split(',').count();
+        if f.len() != want {
+            return Err(format!("{} fields, not {want}", f.len()));
+        }
+        let name = |i: usize| CSV_HEADER.split(',').nth(i).unwrap_or("?");
+        let num = |i: usize| -> Result<u64, String> {
+            f[i].parse()
+                .map_err(|_| format!("{}: {:?} is not a count", name(i), f[i]))
+        };
+        let int = |i: usize| -> Result<i32, String> {
+            f[i].parse()
+                .map_err(|_| format!("{}: {:?} is not an exit code", name(i), f[i]))
+        };
+        let real = |i: usize| -> Result<f64, String> {
+            f[i].parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| format!("{}: {:?} is not a number", name(i), f[i]))
+        };
+        let opt = |i: usize| -> Result<Option<u64>, String> {
+            if f[i] == "na" {
+                Ok(None)
+            } else {
+                num(i).map(Some)
+            }
+        };
+        let tool = Tool::parse(f[0]).map_err(|e| format!("tool: {e}"))?;
+        Ok(Row {
+            config: Config {
+                tool,
+                rcvbuf: num(1)?,
+                mtu: u32::try_from(num(2)?).map_err(|_| "mtu: out of range".to_owned())?,
+                loss: real(28)?,
+            },
+            bitrate: real(3)?,
+            trial: u32::try_from(num(4)?).map_err(|_| "trial: out of range".to_owned())?,
+            sender_rc: int(5)?,
+            receiver_rc: int(6)?,
+            xfer_time: real(7)?,
+            xfer_success: match f[8] {
+                "True" => true,
+                "False" => false,
+                other => return Err(format!("Xfer_success: {other:?} is not True/False")),
+            },
+            in_file_size: num(9)?,
+            out_file_size: num(10)?,
+            dtgrms_sent: opt(11)?,
+            dtgrms_received: opt(12)?,
+            dtgrms_corrupt: opt(13)?,
+            tx_errors: num(14)?,
+            tx_dropped: num(15)?,
+            rx_errors: num(16)?,
+            rx_dropped: num(17)?,
+            snmp_out_datagrams: num(18)?,
+            snmp_sndbuf_errors: num(19)?,
+            snmp_in_datagrams: num(20)?,
+            snmp_in_errors: num(21)?,
+            snmp_rcvbuf_errors: num(22)?,
+            snmp_reasm_fails: num(23)?,
+            missing: opt(24)?,
+            recovered: opt(25)?,
+            socket_drops: opt(26)?,
+            repair_ratio: if f[27] == "na" { None } else { Some(real(27)?) },
+            app_rcvbuf: opt(29)?,
+            reason: f[30].to_owned(),
+        })
     }
 }
 
@@ -538,6 +623,21 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     } else {
         None
     };
+    let mut journal = if opts.journal {
+        Some(Journal::open(&opts.out_dir)?)
+    } else {
+        None
+    };
+    let configs = |mtu: u32, loss: f64| {
+        tools.iter().flat_map(move |&tool| {
+            plan.rcvbuf.iter().map(move |&rcvbuf| Config {
+                tool,
+                rcvbuf,
+                mtu,
+                loss,
+            })
+        })
+    };
     let mut rows = Vec::new();
     // An interruption ends the run after cleaning up and keeps the rows so
     // far; the caller sees `opts.stop` set.
@@ -547,61 +647,69 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     'all: for trial in 1..=plan.trials {
         for &mtu in &plan.mtu {
             for &loss in &plan.loss {
+                let todo = |c: &Config, bitrate: f64| {
+                    !opts.done.contains(&TrialKey::new(c, bitrate, trial))
+                };
+                // A group an earlier run finished needs no link at all.
+                if !configs(mtu, loss).any(|c| plan.bitrates_mbps.iter().any(|&b| todo(&c, b))) {
+                    continue;
+                }
                 let mut link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
                 let mut fresh = true;
-                for &tool in &tools {
-                    for &rcvbuf in &plan.rcvbuf {
-                        if let Some(r) = &rmem {
-                            r.set(rcvbuf)?;
+                for config in configs(mtu, loss) {
+                    if !plan.bitrates_mbps.iter().any(|&b| todo(&config, b)) {
+                        continue;
+                    }
+                    if let Some(r) = &rmem {
+                        r.set(config.rcvbuf)?;
+                    }
+                    for &bitrate in &plan.bitrates_mbps {
+                        if opts.stop.load(Ordering::Relaxed) {
+                            break 'all;
                         }
-                        let config = Config {
-                            tool,
-                            rcvbuf,
-                            mtu,
-                            loss,
+                        if !todo(&config, bitrate) {
+                            continue;
+                        }
+                        // With injected loss, fragments of datagrams that
+                        // lost a piece wait net.ipv4.ipfrag_time (30 s) in
+                        // the receiver's reassembly queue and hold its
+                        // memory; a new testbed per trial keeps one
+                        // trial's leftovers from starving the next.
+                        if plan.link.testbed && loss > 0.0 && !fresh {
+                            drop(link.take());
+                            link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
+                        }
+                        fresh = false;
+                        let ctx = TrialCtx {
+                            plan,
+                            opts,
+                            ends: &ends,
+                            input: &input,
+                            in_sha: &in_sha,
+                            in_size,
+                            work: &work,
                         };
-                        for &bitrate in &plan.bitrates_mbps {
-                            if opts.stop.load(Ordering::Relaxed) {
-                                break 'all;
-                            }
-                            // With injected loss, fragments of datagrams that
-                            // lost a piece wait net.ipv4.ipfrag_time (30 s) in
-                            // the receiver's reassembly queue and hold its
-                            // memory; a new testbed per trial keeps one
-                            // trial's leftovers from starving the next.
-                            if plan.link.testbed && loss > 0.0 && !fresh {
-                                drop(link.take());
-                                link = Some(LinkUp::new(plan, opts, &ends, mtu, loss)?);
-                            }
-                            fresh = false;
-                            let ctx = TrialCtx {
-                                plan,
-                                opts,
-                                ends: &ends,
-                                input: &input,
-                                in_sha: &in_sha,
-                                in_size,
-                                work: &work,
-                            };
-                            let row = match ctx.run_one(&config, bitrate, trial) {
-                                Err(TrialError::Interrupted) => break 'all,
-                                other => other?,
-                            };
-                            if opts.verbose {
-                                eprintln!(
-                                    "trial {} {bitrate} Mbit/s #{trial}: {} in {:.2} s{}",
-                                    config.label(),
-                                    if row.xfer_success { "ok" } else { "FAILED" },
-                                    row.xfer_time,
-                                    if row.reason.is_empty() {
-                                        String::new()
-                                    } else {
-                                        format!(" ({})", row.reason)
-                                    }
-                                );
-                            }
-                            rows.push(row);
+                        let row = match ctx.run_one(&config, bitrate, trial) {
+                            Err(TrialError::Interrupted) => break 'all,
+                            other => other?,
+                        };
+                        if opts.verbose {
+                            eprintln!(
+                                "trial {} {bitrate} Mbit/s #{trial}: {} in {:.2} s{}",
+                                config.label(),
+                                if row.xfer_success { "ok" } else { "FAILED" },
+                                row.xfer_time,
+                                if row.reason.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(" ({})", row.reason)
+                                }
+                            );
                         }
+                        if let Some(j) = journal.as_mut() {
+                            j.append(&row)?;
+                        }
+                        rows.push(row);
                     }
                 }
                 drop(link);
@@ -1097,11 +1205,12 @@ fn pace(
     }
 }
 
+/// A row for unit tests here and in `resume`.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use super::*;
 
-    fn row() -> Row {
+    pub(crate) fn row() -> Row {
         Row {
             config: Config {
                 tool: Tool::Netcat,
@@ -1138,6 +1247,12 @@ mod tests {
             reason: "a, b".into(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::row;
+    use super::*;
 
     #[test]
     fn csv_line_matches_header() {

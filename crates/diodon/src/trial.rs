@@ -10,6 +10,7 @@ use crate::Fatal;
 use clap::Args;
 use diodon_lab::plan::Plan;
 use diodon_lab::report;
+use diodon_lab::resume::{self, Journal, TrialKey};
 use diodon_lab::trial::{self, RunOptions, TrialError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +34,12 @@ pub struct TrialArgs {
     /// No per-trial progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Add trials to the results already in the output directory (a run
+    /// that finished, was interrupted, or was killed): the trials it has are
+    /// skipped, the rest run, and the reports cover all of them. The plan
+    /// must be the earlier one but for `trials` (raise it for more rounds).
+    #[arg(long)]
+    pub resume: bool,
 }
 
 fn find_testbed(given: Option<&Path>) -> PathBuf {
@@ -83,6 +90,59 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(stem));
+    let prior = if a.resume {
+        let earlier = out.join("plan.toml");
+        if earlier.is_file() {
+            let earlier = Plan::load(&earlier).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+            resume::same_measurement(&earlier, &plan)
+                .map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+        } else if resume::has_results(&out) {
+            return Err(Fatal(
+                crate::EXIT_CONFIG,
+                anyhow::anyhow!(
+                    "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
+                    out.display()
+                )
+            ));
+        }
+        let rows = resume::prior_rows(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+        if let Some(r) = rows.iter().find(|r| r.in_file_size != plan.file.size) {
+            return Err(Fatal(
+                crate::EXIT_CONFIG,
+                anyhow::anyhow!(
+                    "{} holds trials of a {}-byte file, the plan sends {} bytes",
+                    out.display(),
+                    r.in_file_size,
+                    plan.file.size
+                ),
+            ));
+        }
+        eprintln!(
+            "diodon: resuming {}: {} trials already done",
+            out.display(),
+            rows.len()
+        );
+        rows
+    } else {
+        if resume::has_results(&out) {
+            return Err(Fatal(
+                crate::EXIT_CONFIG,
+                anyhow::anyhow!(
+                    "{} already holds trial results; --resume adds trials to them, or choose another --out",
+                    out.display()
+                )
+            ));
+        }
+        Vec::new()
+    };
+    // The plan goes in first: a killed run's journal is resumable only
+    // next to the plan it was measured with.
+    std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    let copy = out.join("plan.toml");
+    // Never copy the plan onto itself (that would truncate it).
+    if std::fs::canonicalize(&a.plan).ok() != std::fs::canonicalize(&copy).ok() {
+        std::fs::copy(&a.plan, &copy).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    }
     let opts = RunOptions {
         diodon_bin: std::env::current_exe().map_err(|e| Fatal(crate::EXIT_IO, e.into()))?,
         testbed_script: find_testbed(a.testbed.as_deref()),
@@ -93,29 +153,34 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
             .unwrap_or_else(|| format!("dtr{}", std::process::id())),
         stop: stop_on_signal(),
         verbose: !a.quiet,
+        done: prior.iter().map(TrialKey::of).collect(),
+        journal: true,
     };
     let rows = match trial::run(&plan, &opts) {
-        Ok(rows) => rows,
+        Ok(new) => {
+            let mut rows = prior;
+            rows.extend(new);
+            // Round by round, as one uninterrupted run would have written them.
+            rows.sort_by_key(|r| r.trial);
+            rows
+        }
         Err(e @ TrialError::Plan(_)) => return Err(Fatal(crate::EXIT_CONFIG, e.into())),
         Err(e) => return Err(Fatal(crate::EXIT_IO, e.into())),
     };
     let interrupted = opts.stop.load(Ordering::Relaxed);
     if interrupted {
         eprintln!(
-            "diodon: trial run interrupted after {} trials; rmem and testbed restored, writing the partial results",
+            "diodon: trial run interrupted with {} trials in all; rmem and testbed restored, writing the partial results",
             rows.len()
         );
         if rows.is_empty() {
+            Journal::remove(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
             return Ok(130);
         }
     }
-    std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
-    let copy = out.join("plan.toml");
-    // Never copy the plan onto itself (that would truncate it).
-    if std::fs::canonicalize(&a.plan).ok() != std::fs::canonicalize(&copy).ok() {
-        let _ = std::fs::copy(&a.plan, &copy);
-    }
     report::write_all(&out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    // Every row is in trials.csv now.
+    Journal::remove(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
     print!("{}", report::summary(&report::cells(&rows)));
     eprintln!("diodon: results in {}", out.display());
     Ok(if interrupted { 130 } else { 0 })

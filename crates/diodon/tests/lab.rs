@@ -8,6 +8,7 @@
 //!  diodon stats --diodon ─► recv --metrics on loopback ─► its counters' deltas == the transfer
 //!  diodon trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed receiver = failed;
 //!                           Diodon, netcat, pydiode r1/r2; MTU 9000 with 1 % injected loss
+//!  diodon trial --resume ─► a killed run's journal + more rounds; overwrite / other plan refused
 //! ```
 //!
 //! The namespace tests need root: without it each prints why and passes,
@@ -40,6 +41,11 @@ fn testbed_script() -> PathBuf {
 /// Runs `diodon trial PLAN --out OUT_DIR` on a testbed named `name`,
 /// echoing its output (shown when the test fails).
 fn run_trial(plan: &Path, out_dir: &Path, name: &str) -> std::process::Output {
+    run_trial_with(plan, out_dir, name, &[])
+}
+
+/// [`run_trial`] with extra arguments.
+fn run_trial_with(plan: &Path, out_dir: &Path, name: &str, extra: &[&str]) -> Output {
     let out = Command::new(BIN)
         .arg("trial")
         .arg(plan)
@@ -48,6 +54,7 @@ fn run_trial(plan: &Path, out_dir: &Path, name: &str) -> std::process::Output {
         .arg("--testbed")
         .arg(testbed_script())
         .args(["--name", name])
+        .args(extra)
         .output()
         .unwrap();
     eprintln!(
@@ -799,5 +806,94 @@ fn stats_shows_a_running_diodons_socket_drops() {
         counter(&delta, "receiver_channels_complete") + counter(&delta, "receiver_channels_failed"),
         1,
         "the file was decided: {delta}"
+    );
+}
+
+/// `diodon trial --resume`: a run in pieces. A finished 1-trial run, plus
+/// the journal a killed second run left (one row, marked by its time), is
+/// resumed with `trials = 2`: the earlier rows are kept as they were, the
+/// journal's row is not run again, only the missing trial runs, and the
+/// journal is folded into trials.csv. A plain rerun into the same directory
+/// and a resume with a different plan are refused (exit 2) and change nothing.
+#[test]
+fn trial_resume_adds_only_missing_trials_and_refuses_to_overwrite() {
+    let _lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = unavailable() {
+        return skip(&why);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let plan_text = |trials: u32, rates: &str| {
+        format!("tools = [\"diodon\"]\nbitrates_mbps = [{rates}]\ntrials = {trials}\ntimeout_s = 20\n[file]\nsize = 2000000\n")
+    };
+    let plan = dir.path().join("plan.toml");
+    fs::write(&plan, plan_text(1, "200, 400")).unwrap();
+    let out_dir = dir.path().join("out");
+    let name = format!("dtz{}", std::process::id());
+    let out = run_trial(&plan, &out_dir, &name);
+    assert_eq!(out.status.code(), Some(0));
+    let first = fs::read_to_string(out_dir.join("trials.csv")).unwrap();
+    let mut first_lines = first.lines();
+    let header = first_lines.next().unwrap().to_owned();
+    let round1: Vec<String> = first_lines.map(str::to_owned).collect();
+    assert_eq!(round1.len(), 2, "{first}");
+    assert!(round1.iter().all(|l| l.contains(",True,")), "{first}");
+
+    // A plain rerun would overwrite hours of trials: refused.
+    let again = run_trial(&plan, &out_dir, &name);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+    assert_eq!(
+        fs::read_to_string(out_dir.join("trials.csv")).unwrap(),
+        first
+    );
+
+    // The journal of a killed run: trial 2 at 200 Mbit/s done (time 9.999),
+    // and the first half of the line it was writing when killed.
+    let journaled = round1
+        .iter()
+        .find(|l| l.starts_with("diodon,0,1500,200,1,"))
+        .unwrap()
+        .replacen(",200,1,", ",200,2,", 1);
+    let mut fields: Vec<&str> = journaled.split(',').collect();
+    fields[7] = "9.999";
+    let journaled = fields.join(",");
+    fs::write(
+        out_dir.join("journal.csv"),
+        format!("{header}\n{journaled}\ndiodon,0,1500,400,2,0,"),
+    )
+    .unwrap();
+
+    // Resuming with another measurement (other bitrates) is refused.
+    fs::write(&plan, plan_text(2, "200, 300")).unwrap();
+    let other = run_trial_with(&plan, &out_dir, &name, &["--resume"]);
+    assert_eq!(other.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("`bitrates_mbps`"),
+        "says what differs"
+    );
+
+    fs::write(&plan, plan_text(2, "200, 400")).unwrap();
+    let resumed = run_trial_with(&plan, &out_dir, &name, &["--resume"]);
+    assert_eq!(resumed.status.code(), Some(0));
+    assert!(!out_dir.join("journal.csv").exists(), "journal folded in");
+    let all = fs::read_to_string(out_dir.join("trials.csv")).unwrap();
+    let rows: Vec<&str> = all.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{all}");
+    assert_eq!(&rows[..2], &round1[..], "round 1 kept as it was");
+    assert!(
+        rows.contains(&journaled.as_str()),
+        "the journal's trial kept: {all}"
+    );
+    let new = rows
+        .iter()
+        .find(|l| l.starts_with("diodon,0,1500,400,2,"))
+        .unwrap();
+    assert!(new.contains(",True,"), "the missing trial ran: {new}");
+    let summary = fs::read_to_string(out_dir.join("summary.txt")).unwrap();
+    assert!(
+        summary.lines().filter(|l| l.contains(" 2 ")).count() >= 2,
+        "the summary counts 2 trials per cell: {summary}"
     );
 }
