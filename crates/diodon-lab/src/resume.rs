@@ -152,9 +152,10 @@ pub fn prior_rows(out: &Path) -> Result<Vec<Row>, ResumeError> {
     Ok(rows)
 }
 
-/// Whether `out` holds results of a run (finished or killed).
+/// Whether `out` holds results of a run (finished, or killed after at least
+/// one trial; an unreadable journal counts, so it is never overwritten).
 pub fn has_results(out: &Path) -> bool {
-    out.join(TRIALS).exists() || out.join(JOURNAL).exists()
+    out.join(TRIALS).exists() || read_rows(&out.join(JOURNAL)).map_or(true, |r| !r.is_empty())
 }
 
 /// Checks that `plan` measures the same cells, the same way, as `earlier`:
@@ -278,6 +279,7 @@ mod tests {
         let out = dir.path();
         assert!(!has_results(out));
         let mut journal = Journal::open(out).expect("open");
+        assert!(!has_results(out), "a journal without rows is no result");
         let a = row_of(2);
         journal.append(&a).expect("append");
         drop(journal);
