@@ -11,9 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{
-    addr, one_way_transfer, pattern, write_pattern, Link, LinkConfig, Outcome, Sim, ADDR_B,
-};
+use common::{connected_sim, one_way_transfer, pattern, write_pattern, LinkConfig, Outcome};
 use diodon_deltat::{Config, CongestionAlgorithm, Endpoint, Error, WallClock};
 
 /// The thesis's connection: what the kernel module of 2022 could do.
@@ -144,11 +142,7 @@ fn verdict_exchange(
     link: LinkConfig,
     read_per_step: usize,
 ) -> Duration {
-    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    b.listen(2).expect("listen");
-    let mut sim = Sim::new(a, b, Link::new(seed, link));
-    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    let (mut sim, h) = connected_sim(cfg, seed, link);
     let (mut written, mut read) = (0, 0);
     let mut rx = None;
     let mut verdict_sent = false;

@@ -232,6 +232,17 @@ pub struct Outcome {
     pub a: Stats,
 }
 
+/// Two endpoints with `cfg` on a seeded link, B listening on port 2 and A
+/// connected to it from port 1 (nothing sent yet): the start of a transfer.
+pub fn connected_sim(cfg: &Config, seed: u64, link: LinkConfig) -> (Sim, ConnHandle) {
+    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
+    b.listen(2).expect("listen");
+    let mut sim = Sim::new(a, b, Link::new(seed, link));
+    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    (sim, h)
+}
+
 /// Sends `total` octets A→B over a seeded `link`, checks every byte read,
 /// and returns the virtual time it took; `Err` (with the counters) when the
 /// connection fails. Panics if it stalls for an hour of virtual time.
@@ -241,11 +252,7 @@ pub fn one_way_transfer(
     total: usize,
     link: LinkConfig,
 ) -> Result<Outcome, String> {
-    let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
-    b.listen(2).expect("listen");
-    let mut sim = Sim::new(a, b, Link::new(seed, link));
-    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    let (mut sim, h) = connected_sim(cfg, seed, link);
     let (mut written, mut read) = (0, 0);
     let mut rx = None;
     let mut buf = vec![0u8; 1 << 20];
