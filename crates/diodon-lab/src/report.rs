@@ -6,13 +6,16 @@
 //! ```text
 //!  OUT/trials.csv                       every row
 //!  OUT/summary.txt                      CFR and duration per cell
-//!  OUT/table.md                         the thesis's table layout: per MTU × loss,
-//!                                       tool × bitrate rows, one CFR/duration pair per buffer
+//!  OUT/table.md                         CFR per configuration over all bitrates (loss ×
+//!                                       MTU × buffer rows, a column per tool), then the
+//!                                       thesis's table layout: per MTU × loss, tool ×
+//!                                       bitrate rows, one CFR/duration pair per buffer
 //!  OUT/cfr.png, OUT/duration.png        plots (every configuration)
 //!  OUT/plots/{cfr,duration}_mtu-M_loss-L.png   the same per MTU × loss (several groups only)
 //!  OUT/CONFIG/BITRATE.csv, CONFIG/testresults.txt
 //! ```
 
+use crate::plan::Tool;
 use crate::trial::{Config, Row, CSV_HEADER};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -76,6 +79,18 @@ pub fn wilson(k: usize, n: usize) -> (f64, f64) {
 /// claims more certainty than the interval gives).
 fn interval_text((lo, hi): (f64, f64)) -> String {
     format!("{:.0}–{:.0}", (lo + 1e-9).floor(), (hi - 1e-9).ceil())
+}
+
+/// `k` of `n` in whole percent, but never "100" for less than all nor "0"
+/// for more than none (214 of 215 is 99.5 %, not 100 %).
+fn percent_text(k: usize, n: usize) -> String {
+    let p = 100.0 * k as f64 / n.max(1) as f64;
+    let whole = format!("{p:.0}");
+    if (whole == "100" && k < n) || (whole == "0" && k > 0) {
+        format!("{p:.1}")
+    } else {
+        whole
+    }
 }
 
 /// Groups rows into cells, in first-seen order of configurations.
@@ -176,11 +191,79 @@ fn buffer_name(rcvbuf: u64) -> String {
     }
 }
 
-/// The thesis's table layout (Tables 5.2, 7.x) in Markdown: one table per
-/// MTU × injected loss; a row per tool and bitrate; per receive buffer the
-/// CFR and the average duration of the successful trials.
+/// CFR per configuration over all its bitrates, in Markdown: a row per
+/// injected loss × MTU × receive buffer, a column per tool, each with the
+/// 95 % interval of the pooled trials (one cell's few trials give a wide
+/// interval; the run as a whole is read here).
+pub fn overview(rows: &[Row]) -> String {
+    /// (loss as bits — ordered like the value for non-negative floats, MTU, buffer).
+    type Link = (u64, u32, u64);
+    /// Per tool index: (complete, trials).
+    type Counts = BTreeMap<usize, (usize, usize)>;
+    let mut tools: Vec<Tool> = Vec::new();
+    let mut by: BTreeMap<Link, Counts> = BTreeMap::new();
+    for r in rows {
+        let tool = tools
+            .iter()
+            .position(|t| *t == r.config.tool)
+            .unwrap_or_else(|| {
+                tools.push(r.config.tool);
+                tools.len() - 1
+            });
+        let counts = by
+            .entry((r.config.loss.to_bits(), r.config.mtu, r.config.rcvbuf))
+            .or_default()
+            .entry(tool)
+            .or_default();
+        counts.0 += usize::from(r.xfer_success);
+        counts.1 += 1;
+    }
+    let mut s = "### CFR per configuration, all bitrates
+
+CFR: percent (complete/trials, 95 % confidence interval).
+
+| injected loss | MTU | buffer |"
+        .to_owned();
+    for t in &tools {
+        let _ = write!(s, " {t} |");
+    }
+    s.push_str("\n|---:|---:|---|");
+    for _ in &tools {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for ((loss, mtu, rcvbuf), per) in by {
+        let _ = write!(
+            s,
+            "| {} % | {mtu} | {} |",
+            f64::from_bits(loss),
+            buffer_name(rcvbuf)
+        );
+        for i in 0..tools.len() {
+            match per.get(&i) {
+                Some(&(k, n)) => {
+                    let _ = write!(
+                        s,
+                        " {} % ({k}/{n}, {}) |",
+                        percent_text(k, n),
+                        interval_text(wilson(k, n))
+                    );
+                }
+                None => s.push_str(" |"),
+            }
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+    s
+}
+
+/// The run's overview (above), then the thesis's table layout (Tables 5.2,
+/// 7.x) in Markdown: one table per MTU × injected loss; a row per tool and
+/// bitrate; per receive buffer the CFR and the average duration of the
+/// successful trials.
 pub fn table(rows: &[Row], cells: &[Cell]) -> String {
-    let mut s = String::new();
+    let mut s = overview(rows);
     for ((mtu, loss), configs) in groups(rows) {
         let mut buffers: Vec<u64> = configs.iter().map(|c| c.rcvbuf).collect();
         buffers.dedup();
@@ -239,8 +322,8 @@ pub fn table(rows: &[Row], cells: &[Cell]) -> String {
                         Some(c) => {
                             let _ = write!(
                                 s,
-                                " {:.0} % ({}/{}, {}) | {} |",
-                                c.cfr(),
+                                " {} % ({}/{}, {}) | {} |",
+                                percent_text(c.ok, c.trials),
                                 c.ok,
                                 c.trials,
                                 interval_text(c.cfr_interval()),
@@ -450,8 +533,6 @@ pub fn plot(path: &Path, cells: &[Cell], metric: Metric) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Tool;
-    use crate::trial::Config;
 
     fn row(tool: Tool, bitrate: f64, ok: bool, t: f64) -> Row {
         Row {
@@ -531,6 +612,11 @@ mod tests {
         assert_eq!(wilson(0, 0), (0.0, 100.0));
         assert_eq!(interval_text(wilson(25, 25)), "86–100");
         assert_eq!(interval_text(wilson(0, 25)), "0–14");
+        assert_eq!(percent_text(214, 215), "99.5");
+        assert_eq!(percent_text(215, 215), "100");
+        assert_eq!(percent_text(1, 1000), "0.1");
+        assert_eq!(percent_text(0, 215), "0");
+        assert_eq!(percent_text(150, 215), "70");
     }
 
     #[test]
@@ -549,6 +635,18 @@ mod tests {
         lossy.config.loss = 1.0;
         rows.push(lossy);
         let t = table(&rows, &cells(&rows));
+        assert!(
+            t.starts_with("### CFR per configuration, all bitrates"),
+            "{t}"
+        );
+        for line in [
+            "| injected loss | MTU | buffer | diodon | netcat |",
+            "| 0 % | 1500 | default buffer | 50 % (1/2, 9–91) | 100 % (1/1, 20–100) |",
+            "| 0 % | 1500 | 4 MiB | 100 % (1/1, 20–100) | |",
+            "| 1 % | 9000 | default buffer | 100 % (1/1, 20–100) | |",
+        ] {
+            assert!(t.lines().any(|l| l == line), "{line} in {t}");
+        }
         assert!(t.contains("### MTU 1500, injected loss 0 %"), "{t}");
         assert!(t.contains("### MTU 9000, injected loss 1 %"), "{t}");
         assert!(

@@ -11,7 +11,7 @@ use clap::Args;
 use diodon_lab::plan::Plan;
 use diodon_lab::report;
 use diodon_lab::resume::{self, Journal, TrialKey};
-use diodon_lab::trial::{self, RunOptions, TrialError};
+use diodon_lab::trial::{self, Row, RunOptions, TrialError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -40,6 +40,12 @@ pub struct TrialArgs {
     /// must be the earlier one but for `trials` (raise it for more rounds).
     #[arg(long)]
     pub resume: bool,
+    /// Run no trials: rewrite the reports (per-cell CSVs, testresults.txt,
+    /// summary.txt, table.md, plots) from the trials the output directory
+    /// holds, including a killed run's journal — e.g. after an upgrade of
+    /// the report, or to read a run that is still going.
+    #[arg(long, conflicts_with = "resume")]
+    pub report_only: bool,
 }
 
 fn find_testbed(given: Option<&Path>) -> PathBuf {
@@ -90,51 +96,10 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("results").join(stem));
-    let prior = if a.resume {
-        let earlier = out.join("plan.toml");
-        if earlier.is_file() {
-            let earlier = Plan::load(&earlier).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
-            resume::same_measurement(&earlier, &plan)
-                .map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
-        } else if resume::has_results(&out) {
-            return Err(Fatal(
-                crate::EXIT_CONFIG,
-                anyhow::anyhow!(
-                    "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
-                    out.display()
-                )
-            ));
-        }
-        let rows = resume::prior_rows(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
-        if let Some(r) = rows.iter().find(|r| r.in_file_size != plan.file.size) {
-            return Err(Fatal(
-                crate::EXIT_CONFIG,
-                anyhow::anyhow!(
-                    "{} holds trials of a {}-byte file, the plan sends {} bytes",
-                    out.display(),
-                    r.in_file_size,
-                    plan.file.size
-                ),
-            ));
-        }
-        eprintln!(
-            "diodon: resuming {}: {} trials already done",
-            out.display(),
-            rows.len()
-        );
-        rows
-    } else {
-        if resume::has_results(&out) {
-            return Err(Fatal(
-                crate::EXIT_CONFIG,
-                anyhow::anyhow!(
-                    "{} already holds trial results; --resume adds trials to them, or choose another --out",
-                    out.display()
-                )
-            ));
-        }
-        Vec::new()
-    };
+    if a.report_only {
+        return report_only(&out);
+    }
+    let prior = earlier_rows(a, &plan, &out)?;
     // The plan goes in first: a killed run's journal is resumable only
     // next to the plan it was measured with.
     std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
@@ -184,4 +149,74 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
     print!("{}", report::summary(&report::cells(&rows)));
     eprintln!("diodon: results in {}", out.display());
     Ok(if interrupted { 130 } else { 0 })
+}
+
+/// The trials `out` already holds that this run keeps: with `--resume`,
+/// those of an earlier run of the same measurement (refused otherwise);
+/// without, none — and results already there are refused, not overwritten.
+fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fatal> {
+    if !a.resume {
+        if resume::has_results(out) {
+            return Err(Fatal(
+                crate::EXIT_CONFIG,
+                anyhow::anyhow!(
+                    "{} already holds trial results; --resume adds trials to them, or choose another --out",
+                    out.display()
+                ),
+            ));
+        }
+        return Ok(Vec::new());
+    }
+    let earlier = out.join("plan.toml");
+    if earlier.is_file() {
+        let earlier = Plan::load(&earlier).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+        resume::same_measurement(&earlier, plan)
+            .map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+    } else if resume::has_results(out) {
+        return Err(Fatal(
+            crate::EXIT_CONFIG,
+            anyhow::anyhow!(
+                "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
+                out.display()
+            )
+        ));
+    }
+    let rows = resume::prior_rows(out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    if let Some(r) = rows.iter().find(|r| r.in_file_size != plan.file.size) {
+        return Err(Fatal(
+            crate::EXIT_CONFIG,
+            anyhow::anyhow!(
+                "{} holds trials of a {}-byte file, the plan sends {} bytes",
+                out.display(),
+                r.in_file_size,
+                plan.file.size
+            ),
+        ));
+    }
+    eprintln!(
+        "diodon: resuming {}: {} trials already done",
+        out.display(),
+        rows.len()
+    );
+    Ok(rows)
+}
+
+/// `--report-only`: the reports of the trials in `out`, none run. The
+/// journal is left alone (a run may still be appending to it).
+fn report_only(out: &Path) -> Result<u8, Fatal> {
+    let rows = resume::prior_rows(out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    if rows.is_empty() {
+        return Err(Fatal(
+            crate::EXIT_CONFIG,
+            anyhow::anyhow!("{} holds no trial results to report", out.display()),
+        ));
+    }
+    report::write_all(out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    print!("{}", report::summary(&report::cells(&rows)));
+    eprintln!(
+        "diodon: reports of {} trials rewritten in {}",
+        rows.len(),
+        out.display()
+    );
+    Ok(0)
 }

@@ -815,6 +815,7 @@ fn stats_shows_a_running_diodons_socket_drops() {
 /// journal's row is not run again, only the missing trial runs, and the
 /// journal is folded into trials.csv. A plain rerun into the same directory
 /// and a resume with a different plan are refused (exit 2) and change nothing.
+/// `--report-only` then rewrites the same reports from trials.csv alone.
 #[test]
 fn trial_resume_adds_only_missing_trials_and_refuses_to_overwrite() {
     let _lock = LOCK
@@ -896,4 +897,24 @@ fn trial_resume_adds_only_missing_trials_and_refuses_to_overwrite() {
         summary.lines().filter(|l| l.contains(" 2 ")).count() >= 2,
         "the summary counts 2 trials per cell: {summary}"
     );
+
+    // --report-only rebuilds the reports from the trials, running none.
+    let table = fs::read_to_string(out_dir.join("table.md")).unwrap();
+    fs::remove_file(out_dir.join("summary.txt")).unwrap();
+    fs::remove_file(out_dir.join("table.md")).unwrap();
+    let report = run_trial_with(&plan, &out_dir, &name, &["--report-only"]);
+    assert_eq!(report.status.code(), Some(0));
+    assert_eq!(fs::read_to_string(out_dir.join("trials.csv")).unwrap(), all);
+    assert_eq!(
+        fs::read_to_string(out_dir.join("summary.txt")).unwrap(),
+        summary
+    );
+    assert_eq!(fs::read_to_string(out_dir.join("table.md")).unwrap(), table);
+    assert!(
+        table.contains("| 0 % | 1500 | default buffer | 100 % (4/4, 51–100) |"),
+        "{table}"
+    );
+    let empty = out_dir.with_file_name("empty-report");
+    let none = run_trial_with(&plan, &empty, &name, &["--report-only"]);
+    assert_eq!(none.status.code(), Some(2), "nothing to report");
 }
