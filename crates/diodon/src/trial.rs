@@ -143,12 +143,18 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
             return Ok(130);
         }
     }
-    report::write_all(&out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    write_reports(&out, &rows)?;
     // Every row is in trials.csv now.
     Journal::remove(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
-    print!("{}", report::summary(&report::cells(&rows)));
     eprintln!("diodon: results in {}", out.display());
     Ok(if interrupted { 130 } else { 0 })
+}
+
+/// Writes every report of `rows` into `out` and prints the summary.
+fn write_reports(out: &Path, rows: &[Row]) -> Result<(), Fatal> {
+    report::write_all(out, rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    print!("{}", report::summary(&report::cells(rows)));
+    Ok(())
 }
 
 /// The trials `out` already holds that this run keeps: with `--resume`,
@@ -211,8 +217,7 @@ fn report_only(out: &Path) -> Result<u8, Fatal> {
             anyhow::anyhow!("{} holds no trial results to report", out.display()),
         ));
     }
-    report::write_all(out, &rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
-    print!("{}", report::summary(&report::cells(&rows)));
+    write_reports(out, &rows)?;
     eprintln!(
         "diodon: reports of {} trials rewritten in {}",
         rows.len(),
