@@ -361,6 +361,11 @@ impl Plan {
         {
             return bad("receiver_grace_s must exceed netcat_idle_s".into());
         }
+        if !self.link.testbed && (self.link.tx_ns.is_none() || self.link.rx_ns.is_none()) {
+            return bad(
+                "on a real diode (link.testbed = false) give link.tx_ns and link.rx_ns".into(),
+            );
+        }
         if !self.link.testbed && (self.mtu.len() > 1 || self.loss.iter().any(|l| *l > 0.0)) {
             return bad(
                 "on a real diode (link.testbed = false) MTU and loss cannot be varied".into(),
@@ -399,6 +404,17 @@ mod tests {
     }
 
     #[test]
+    fn accepts_a_given_diode() {
+        let p = Plan::parse(
+            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\n[link]\ntestbed = false\ntx_ns = \"a\"\nrx_ns = \"b\"\ntx_if = \"eth1\"\n",
+        )
+        .expect("test");
+        assert!(!p.link.testbed);
+        assert_eq!(p.link.tx_ns.as_deref(), Some("a"));
+        assert_eq!(p.link.tx_if, "eth1");
+    }
+
+    #[test]
     fn rejects_bad_plans() {
         for text in [
             "tools = [\"ftp\"]\nbitrates_mbps = [100]\ntrials = 1\n",
@@ -407,7 +423,8 @@ mod tests {
             "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\nmtu = [500]\n",
             "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\nloss = [101.0]\n",
             "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\nbogus = 1\n",
-            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\nmtu = [1500, 9000]\n[link]\ntestbed = false\n",
+            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\nmtu = [1500, 9000]\n[link]\ntestbed = false\ntx_ns = \"a\"\nrx_ns = \"b\"\n",
+            "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\n[link]\ntestbed = false\nrx_ns = \"b\"\n",
         ] {
             assert!(Plan::parse(text).is_err(), "{text}");
         }

@@ -38,6 +38,12 @@
 //! `timeout_s`. With injected loss the testbed is rebuilt before every trial:
 //! fragments of datagrams that lost a piece otherwise wait 30 s
 //! (`net.ipv4.ipfrag_time`) in the reassembly queue and hold its memory.
+//!
+//! On a real diode (`link.testbed = false`) the harness counts with a guard
+//! table of its own, [`TRIAL_TABLE`], and removes only that table afterwards:
+//! the operator's guard (`diodon guard apply`, table `diodon_diode`) and the
+//! namespaces are left as they were found. Without `link.guard` the
+//! datagram columns come from the operator's guard, if one is loaded.
 
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
@@ -417,6 +423,10 @@ impl Drop for Testbed<'_> {
     }
 }
 
+/// The guard table the harness loads for its own counting. Not the
+/// operator's [`guard::DEFAULT_TABLE`], which it must never replace or remove.
+pub const TRIAL_TABLE: &str = "diodon_trial";
+
 /// Resolved link endpoints.
 #[derive(Clone, Debug)]
 struct Ends {
@@ -427,11 +437,30 @@ struct Ends {
     tx_addr: IpAddr,
     rx_addr: IpAddr,
     port: u16,
+    /// Where the `dtgrms_*` columns are read: [`TRIAL_TABLE`] when the plan
+    /// loads guards, else the operator's [`guard::DEFAULT_TABLE`].
+    guard_table: &'static str,
 }
 
 impl Ends {
     fn peer(&self) -> SocketAddr {
         SocketAddr::new(self.rx_addr, self.port)
+    }
+
+    /// On a given diode: both namespaces and both interfaces must be there
+    /// before anything is changed (sysctls, guards).
+    fn check_exist(&self) -> Result<(), TrialError> {
+        for (ns, iface) in [(&self.tx_ns, &self.tx_if), (&self.rx_ns, &self.rx_if)] {
+            if !diodon_io::netns::path_of(ns).exists() {
+                return Err(TrialError::Missing(format!(
+                    "network namespace {ns:?} (plan [link] tx_ns / rx_ns) does not exist"
+                )));
+            }
+            crate::stats::read_link(Some(ns.as_str()), iface).map_err(|e| {
+                TrialError::Missing(format!("interface {iface:?} in namespace {ns:?}: {e}"))
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -591,12 +620,6 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
             opts.testbed_script.display()
         )));
     }
-    let work = opts.out_dir.join("work");
-    fs::create_dir_all(&work).map_err(io_err(format!("creating {}", work.display())))?;
-    let input = work.join("input.bin");
-    make_file(&input, plan.file.size, plan.file.content)?;
-    let (in_sha, in_size) = sha256_file(&input).map_err(io_err("hashing the input"))?;
-
     let addr = |s: &str| -> Result<IpAddr, TrialError> {
         s.parse()
             .map_err(|_| TrialError::Plan(PlanError::Invalid(format!("bad address {s:?}"))))
@@ -617,7 +640,20 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
         tx_addr: addr(&plan.link.tx_addr)?,
         rx_addr: addr(&plan.link.rx_addr)?,
         port: plan.link.port,
+        guard_table: if plan.link.guard {
+            TRIAL_TABLE
+        } else {
+            guard::DEFAULT_TABLE
+        },
     };
+    if !plan.link.testbed {
+        ends.check_exist()?;
+    }
+    let work = opts.out_dir.join("work");
+    fs::create_dir_all(&work).map_err(io_err(format!("creating {}", work.display())))?;
+    let input = work.join("input.bin");
+    make_file(&input, plan.file.size, plan.file.content)?;
+    let (in_sha, in_size) = sha256_file(&input).map_err(io_err("hashing the input"))?;
     let rmem = if plan.rcvbuf.iter().any(|&b| b != 0) {
         Some(RmemGuard::new()?)
     } else {
@@ -750,7 +786,7 @@ impl<'a> LinkUp<'a> {
                 Role::Sender,
                 ends.peer(),
                 Some(ends.tx_addr),
-                guard::DEFAULT_TABLE,
+                TRIAL_TABLE,
             )?;
             let rx = GuardSpec {
                 ns: Some(ends.rx_ns.clone()),
@@ -921,7 +957,7 @@ impl TrialCtx<'_> {
         let t = |ns: &str, iface: &str| Target {
             ns: Some(ns.to_owned()),
             iface: Some(iface.to_owned()),
-            guard_table: guard::DEFAULT_TABLE.to_owned(),
+            guard_table: self.ends.guard_table.to_owned(),
             diodon: None,
         };
         Ok((

@@ -9,6 +9,7 @@
 //!  diodon trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed receiver = failed;
 //!                           Diodon, netcat, pydiode r1/r2; MTU 9000 with 1 % injected loss
 //!  diodon trial --resume ─► a killed run's journal + more rounds; overwrite / other plan refused
+//!  diodon trial on a given diode (link.testbed = false) ─► namespaces and operator's guard as found
 //! ```
 //!
 //! The namespace tests need root: without it each prints why and passes,
@@ -412,6 +413,39 @@ fn rmem() -> (String, String) {
     )
 }
 
+/// `ip netns list`.
+fn netns_list() -> String {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A run's `trials.csv`: its header and rows, read by column name.
+struct TrialRows {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl TrialRows {
+    fn load(out_dir: &Path) -> TrialRows {
+        let csv = fs::read_to_string(out_dir.join("trials.csv")).unwrap();
+        let mut lines = csv
+            .lines()
+            .map(|l| l.split(',').map(str::to_owned).collect::<Vec<String>>());
+        TrialRows {
+            header: lines.next().unwrap(),
+            rows: lines.collect(),
+        }
+    }
+
+    fn col<'r>(&self, row: &'r [String], name: &str) -> &'r str {
+        &row[self.header.iter().position(|h| h == name).unwrap()]
+    }
+
+    fn num(&self, row: &[String], name: &str) -> u64 {
+        self.col(row, name).parse().unwrap()
+    }
+}
+
 #[test]
 #[expect(
     clippy::too_many_lines,
@@ -566,25 +600,13 @@ fn trial_runs_mtu_9000_with_injected_loss() {
     let name = format!("dtm{}", std::process::id());
     let out = run_trial(&plan, &out_dir, &name);
     assert_eq!(out.status.code(), Some(0));
-    let netns = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let netns = netns_list();
     assert!(!netns.contains(&name), "testbed left behind: {netns}");
-    let csv = fs::read_to_string(out_dir.join("trials.csv")).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 4);
-    let col = |r: &Vec<&str>, name: &str| -> String {
-        r[header.iter().position(|h| *h == name).unwrap()].to_owned()
-    };
+    let t = TrialRows::load(&out_dir);
+    assert_eq!(t.rows.len(), 4);
+    let col = |r: &Vec<String>, name: &str| t.col(r, name).to_owned();
     let mut diodon_lost = 0;
-    for r in &rows {
+    for r in &t.rows {
         assert_eq!(col(r, "mtu"), "9000");
         assert_eq!(col(r, "injected_loss"), "1");
         assert!(col(r, "snmp_ReasmFails").parse::<u64>().is_ok(), "{r:?}");
@@ -616,6 +638,78 @@ fn trial_runs_mtu_9000_with_injected_loss() {
     }
     // About 12 expected over two trials; none at all would mean no loss was injected.
     assert!(diodon_lost > 0, "the 1 % loss rule dropped nothing");
+}
+
+/// A given diode (`link.testbed = false`, e.g. two NICs of a real diode in
+/// two namespaces): the harness runs in namespaces it did not make, counts
+/// with its own guard table, and leaves the namespaces and the operator's
+/// guard (`diodon guard apply`) exactly as it found them. A namespace that
+/// is not there is refused before anything changes.
+#[test]
+fn trial_on_a_given_diode_leaves_it_and_the_operators_guard_as_found() {
+    let Some(tb) = Testbed::up() else { return };
+    for side in ["tx", "rx"] {
+        assert_eq!(tb.guard("apply", side).status.code(), Some(0));
+        assert!(tb
+            .diodon(&["guard", "reset", "--ns", &tb.ns(side)])
+            .status
+            .success());
+    }
+    let (tx_ns, rx_ns) = (tb.ns("tx"), tb.ns("rx"));
+    let dir = tempfile::tempdir().unwrap();
+    // The operator's guard lets PEER's port through; the trial uses it.
+    let plan_text = |rx: &str| {
+        format!(
+            "tools = [\"diodon\"]\nbitrates_mbps = [200]\ntrials = 2\ntimeout_s = 20\n\
+             [file]\nsize = 2000000\n\
+             [link]\ntestbed = false\ntx_ns = \"{tx_ns}\"\nrx_ns = \"{rx}\"\nport = 7700\n"
+        )
+    };
+    let missing = dir.path().join("missing.toml");
+    fs::write(&missing, plan_text(&format!("{rx_ns}-gone"))).unwrap();
+    let out = run_trial(&missing, &dir.path().join("missing-out"), "unused");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not exist"),
+        "names the missing namespace"
+    );
+
+    let plan = dir.path().join("plan.toml");
+    fs::write(&plan, plan_text(&rx_ns)).unwrap();
+    let out_dir = dir.path().join("out");
+    let before = rmem();
+    let out = run_trial(&plan, &out_dir, "unused");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(rmem(), before, "net.core.rmem_* restored");
+
+    let t = TrialRows::load(&out_dir);
+    assert_eq!(t.rows.len(), 2);
+    let mut received = 0;
+    for r in &t.rows {
+        assert_eq!(t.col(r, "Xfer_success"), "True", "{r:?}");
+        let sent = t.num(r, "dtgrms_sent");
+        // 2 MB + 10 % repair in 1472-byte datagrams: about 1550.
+        assert!(sent > 1400, "counted by the harness's own guard: {r:?}");
+        assert_eq!(t.num(r, "dtgrms_received"), sent, "{r:?}");
+        received += sent;
+    }
+
+    // As found: both namespaces, the operator's guard intact (and it saw
+    // the trials' datagrams too), the harness's own table gone.
+    let netns = netns_list();
+    assert!(netns.contains(&tx_ns) && netns.contains(&rx_ns), "{netns}");
+    for side in ["tx", "rx"] {
+        assert_eq!(tb.guard("verify", side).status.code(), Some(0), "{side}");
+        let ns = tb.ns(side);
+        let trial_table = Command::new("ip")
+            .args(["netns", "exec", &ns, "nft", "list", "table", "netdev"])
+            .arg(diodon_lab::trial::TRIAL_TABLE)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!trial_table.success(), "trial table left in {ns}");
+    }
+    assert!(pkts(&tb.counters("rx"), "accepted") >= received);
 }
 
 fn free_port(kind: &str) -> String {
