@@ -24,7 +24,9 @@
 //! - [`relay`]: seeded impairment relay (delay, loss, reordering) for UDP or TUN pairs.
 //! - [`tun`]: open a TUN device (IP packets in user space).
 //! - [`netns`]: move the calling thread into a named network namespace.
+//! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 
+pub mod child;
 pub mod clock;
 pub mod counters;
 pub mod deltat_driver;

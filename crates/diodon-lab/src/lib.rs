@@ -1,12 +1,13 @@
 //! Diodon's measuring instruments (issue 5, after the packet-loss thesis):
 //!
 //! ```text
-//!  guard   nftables one-way guard per host: allow only the diode's UDP, count, verify
-//!  stats   kernel measuring points: /proc/net/snmp Udp, link stats64, guard counters
-//!  plan    the TOML trial plan
-//!  trial   the trial harness: receiver, snapshots, sender, wait, SHA-256, snapshots
-//!  report  CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
-//!  resume  the run journal, reading rows back, continuing a run (`--resume`)
+//!  guard     nftables one-way guard per host: allow only the diode's UDP, count, verify
+//!  stats     kernel measuring points: /proc/net/snmp Udp, link stats64, guard counters
+//!  plan      the TOML trial plan
+//!  trial     the trial harness: receiver, snapshots, sender, wait, SHA-256, snapshots
+//!  report    CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
+//!  resume    the run journal, reading rows back, continuing a run (`--resume`)
+//!  recovery  what a run changes, recorded first: a killed run is undone by the next
 //! ```
 //!
 //! Everything here drives the kernel through `ip`, `nft` and `/proc`, and
@@ -16,6 +17,7 @@
 pub mod guard;
 pub mod nft;
 pub mod plan;
+pub mod recovery;
 pub mod report;
 pub mod resume;
 pub mod stats;

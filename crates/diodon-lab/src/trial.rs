@@ -12,7 +12,9 @@
 //!
 //! Processes are started through `ip netns exec`, which `exec`s the program,
 //! so the child's PID is the tool itself and a kill reaches it. Only those
-//! PIDs are ever signalled.
+//! PIDs are ever signalled. They die with the harness, and what a run
+//! changes on the machine is recorded before it is changed
+//! ([`crate::recovery`]): a harness killed outright is undone by the next.
 //!
 //! `Xfer_time` is the thesis's (Listing 4.2): from just before the sender is
 //! started to the moment the receiver has exited (seen within 2 ms). The
@@ -48,6 +50,7 @@
 use crate::guard::{self, GuardSpec, Role};
 use crate::nft::{run as run_tool, ToolError};
 use crate::plan::{Content, DiodonRcvbuf, Plan, PlanError, Tool};
+use crate::recovery::{self, Record, RecoveryError, RunRecord};
 use crate::resume::{Journal, ResumeError, TrialKey};
 use crate::stats::{Snapshot, StatsError, Target};
 use diodon_io::netns::spawn_in;
@@ -92,6 +95,9 @@ pub enum TrialError {
     /// Something the run needs is missing.
     #[error("{0}")]
     Missing(String),
+    /// Another run is going, or a killed run's record is unreadable.
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
     /// The journal, or an earlier run's rows.
     #[error(transparent)]
     Resume(#[from] ResumeError),
@@ -125,6 +131,9 @@ pub struct RunOptions {
     /// Append every finished row to `out_dir/journal.csv` (synced), so a
     /// killed run loses at most the trial it was in.
     pub journal: bool,
+    /// Where the run records what it changes on the machine
+    /// ([`recovery::DEFAULT_DIR`]), so a killed run is undone by the next.
+    pub record_dir: PathBuf,
 }
 
 /// One configuration (everything but bitrate and trial number).
@@ -356,11 +365,16 @@ const RMEM_DEFAULT: &str = "/proc/sys/net/core/rmem_default";
 impl RmemGuard {
     /// Remembers the current values.
     pub fn new() -> Result<Self, TrialError> {
+        Ok(RmemGuard {
+            saved: Some(Self::read()?),
+        })
+    }
+
+    /// The current `rmem_max` and `rmem_default`.
+    pub fn read() -> Result<(String, String), TrialError> {
         let max = fs::read_to_string(RMEM_MAX).map_err(io_err(RMEM_MAX))?;
         let def = fs::read_to_string(RMEM_DEFAULT).map_err(io_err(RMEM_DEFAULT))?;
-        Ok(RmemGuard {
-            saved: Some((max.trim().to_owned(), def.trim().to_owned())),
-        })
+        Ok((max.trim().to_owned(), def.trim().to_owned()))
     }
 
     /// Sets both to `bytes`, or back to the saved values for 0.
@@ -654,7 +668,37 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     let input = work.join("input.bin");
     make_file(&input, plan.file.size, plan.file.content)?;
     let (in_sha, in_size) = sha256_file(&input).map_err(io_err("hashing the input"))?;
-    let rmem = if plan.rcvbuf.iter().any(|&b| b != 0) {
+    // A run killed outright (SIGKILL) left sysctls, a testbed or guard
+    // tables behind: undo that first; refuse while another run is going.
+    for line in recovery::recover(&opts.record_dir)? {
+        eprintln!("trial: {line}");
+    }
+    let sets_rmem = plan.rcvbuf.iter().any(|&b| b != 0);
+    // Declared before everything it describes, so it is deleted last.
+    let _record = RunRecord::create(
+        &opts.record_dir,
+        Record {
+            rmem_found: if sets_rmem {
+                Some(RmemGuard::read()?)
+            } else {
+                None
+            },
+            rmem_set: plan.rcvbuf.iter().copied().filter(|&b| b != 0).collect(),
+            testbed: plan.link.testbed.then(|| {
+                let script = fs::canonicalize(&opts.testbed_script)
+                    .unwrap_or_else(|_| opts.testbed_script.clone());
+                (script, opts.testbed_name.clone())
+            }),
+            guard_ns: if plan.link.guard && !plan.link.testbed {
+                vec![ends.tx_ns.clone(), ends.rx_ns.clone()]
+            } else {
+                Vec::new()
+            },
+            guard_table: TRIAL_TABLE.to_owned(),
+            ..Record::default()
+        },
+    )?;
+    let rmem = if sets_rmem {
         Some(RmemGuard::new()?)
     } else {
         None
@@ -836,9 +880,16 @@ struct Sender {
 }
 
 impl TrialCtx<'_> {
+    /// `ip netns exec NS PROGRAM` (which `exec`s PROGRAM), killed when the
+    /// harness dies.
     fn ns_cmd(ns: &str, program: &Path) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", ns]).arg(program);
+        // A harness killed outright must not leave a receiver waiting or a
+        // sender sending. The kernel ties this to the thread that starts
+        // the child: `run` is called from one that outlives the run (the
+        // CLI's main thread).
+        diodon_io::child::die_with_parent(&mut c);
         c
     }
 

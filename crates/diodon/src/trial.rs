@@ -120,6 +120,7 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
         verbose: !a.quiet,
         done: prior.iter().map(TrialKey::of).collect(),
         journal: true,
+        record_dir: PathBuf::from(diodon_lab::recovery::DEFAULT_DIR),
     };
     let rows = match trial::run(&plan, &opts) {
         Ok(new) => {

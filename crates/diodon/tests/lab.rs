@@ -29,7 +29,7 @@ use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
 const PEER: &str = "10.77.0.2:7700";
@@ -710,6 +710,147 @@ fn trial_on_a_given_diode_leaves_it_and_the_operators_guard_as_found() {
         assert!(!trial_table.success(), "trial table left in {ns}");
     }
     assert!(pkts(&tb.counters("rx"), "accepted") >= received);
+}
+
+/// PIDs in network namespace `ns`.
+fn netns_pids(ns: &str) -> Vec<u32> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Polls `cond` every 50 ms for up to `secs`.
+fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// A harness this test started; killed (by its PID) if the test fails.
+struct Harness(std::process::Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A harness killed outright (SIGKILL: no chance to restore anything) takes
+/// its tools with it, and the next `diodon trial` puts back what it left:
+/// its `net.core.rmem_*` value and its testbed. While a run is going, a
+/// second one is refused and changes nothing.
+#[test]
+fn a_killed_trial_run_is_undone_by_the_next_and_runs_never_overlap() {
+    let _lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = unavailable() {
+        return skip(&why);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let before = rmem();
+    // A receive buffer no machine has by default: unmistakably the run's.
+    let odd = "4200000";
+    assert_ne!(before.0.trim(), odd);
+    let long = dir.path().join("long.toml");
+    fs::write(
+        &long,
+        format!(
+            "tools = [\"diodon\"]\nbitrates_mbps = [50]\ntrials = 1\ntimeout_s = 120\n\
+             rcvbuf = [{odd}]\n[file]\nsize = 100000000\n"
+        ),
+    )
+    .unwrap();
+    let short = dir.path().join("short.toml");
+    fs::write(
+        &short,
+        "tools = [\"diodon\"]\nbitrates_mbps = [200]\ntrials = 1\ntimeout_s = 30\n\
+         [file]\nsize = 1000000\n",
+    )
+    .unwrap();
+    let (tx, rx) = ("dtrkill-tx", "dtrkill-rx");
+    let mut harness = Harness(
+        Command::new(BIN)
+            .arg("trial")
+            .arg(&long)
+            .arg("--out")
+            .arg(dir.path().join("killed"))
+            .arg("--testbed")
+            .arg(testbed_script())
+            .args(["--name", "dtrkill", "--quiet"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = harness.0.id();
+    let record = Path::new(diodon_lab::recovery::DEFAULT_DIR).join(format!("{pid}.run"));
+    assert!(
+        wait_for(60, || rmem().0.trim() == odd
+            && netns_pids(rx).len() == 1
+            && netns_pids(tx).len() == 1),
+        "the run did not get to its transfer: rmem {:?}, rx {:?}, tx {:?}",
+        rmem(),
+        netns_pids(rx),
+        netns_pids(tx)
+    );
+    assert!(record.is_file(), "no record {}", record.display());
+
+    // Meanwhile a second run is refused before it changes anything.
+    let out = run_trial(&short, &dir.path().join("refused"), "dtrother");
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("another trial run is going (pid {pid}")),
+        "says which run is going"
+    );
+    assert_eq!(rmem().0.trim(), odd);
+    assert!(!netns_list().contains("dtrother"));
+
+    // SIGKILL: the harness restores nothing, but its tools die with it.
+    harness.0.kill().unwrap();
+    harness.0.wait().unwrap();
+    assert!(
+        wait_for(5, || netns_pids(rx).is_empty() && netns_pids(tx).is_empty()),
+        "the killed harness's receiver/sender still run: rx {:?} tx {:?}",
+        netns_pids(rx),
+        netns_pids(tx)
+    );
+    assert_eq!(rmem().0.trim(), odd, "left by the killed run");
+    assert!(netns_list().contains(rx), "left by the killed run");
+    assert!(record.is_file());
+
+    // The next run undoes it first, then runs as usual.
+    let out = run_trial(&short, &dir.path().join("next"), "dtrnext");
+    assert_eq!(out.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("testbed dtrkill taken down"), "{said}");
+    assert!(
+        said.contains(&format!("net.core.rmem_max {odd} -> {}", before.0.trim())),
+        "{said}"
+    );
+    assert_eq!(
+        rmem(),
+        before,
+        "net.core.rmem_* back to what the killed run found"
+    );
+    let netns = netns_list();
+    assert!(
+        !netns.contains("dtrkill") && !netns.contains("dtrnext"),
+        "{netns}"
+    );
+    assert!(!record.exists(), "the killed run's record is cleared");
+    assert_eq!(TrialRows::load(&dir.path().join("next")).rows.len(), 1);
 }
 
 fn free_port(kind: &str) -> String {
