@@ -437,6 +437,48 @@ impl Drop for Testbed<'_> {
     }
 }
 
+/// Why a receiver says it failed, fit for the CSV's `reason` column: the
+/// failed channels' reasons from Diodon's JSON summary (with the datagrams it
+/// refused as expired or late, if any), else the last line the receiver
+/// wrote on stderr (netcat's and pydiode's errors, a Python traceback's
+/// last line). Commas become `;` and line breaks spaces; at most 200 chars.
+pub fn receiver_says(summary: Option<&serde_json::Value>, stderr: &str) -> Option<String> {
+    let mut why: Vec<String> = summary
+        .and_then(|s| s["channels"].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|c| c["verdict"] == "failed")
+        .filter_map(|c| c["reason"].as_str().map(str::to_owned))
+        .collect();
+    if let Some(s) = summary {
+        for k in ["expired", "late"] {
+            if let Some(n) = s[k].as_u64().filter(|&n| n > 0) {
+                why.push(format!("{k} {n}"));
+            }
+        }
+    }
+    let text = if why.is_empty() {
+        stderr
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())?
+            .to_owned()
+    } else {
+        why.join("; ")
+    };
+    let clean: String = text
+        .chars()
+        .map(|c| match c {
+            ',' => ';',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .take(200)
+        .collect();
+    Some(clean)
+}
+
 /// The guard table the harness loads for its own counting. Not the
 /// operator's [`guard::DEFAULT_TABLE`], which it must never replace or remove.
 pub const TRIAL_TABLE: &str = "diodon_trial";
@@ -1168,11 +1210,21 @@ impl TrialCtx<'_> {
         };
         let (out_sha, out_size) = sha256_file(&out_file).unwrap_or_default();
         let same = out_sha == self.in_sha;
+        let summary: Option<serde_json::Value> = stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .and_then(|l| serde_json::from_str(l).ok());
         if killed_by_fault && reason.is_empty() {
             reason = format!("receiver killed (fault injection), exit {receiver_rc}");
         }
         if reason.is_empty() && receiver_rc != 0 {
-            reason = format!("receiver exit {receiver_rc}");
+            // With the receiver's own word on why, where it gave one.
+            let log = fs::read_to_string(self.work.join("receiver.log")).unwrap_or_default();
+            reason = match receiver_says(summary.as_ref(), &log) {
+                Some(why) => format!("receiver exit {receiver_rc}: {why}"),
+                None => format!("receiver exit {receiver_rc}"),
+            };
         }
         if reason.is_empty() && sender_rc != 0 {
             reason = format!("sender exit {sender_rc}");
@@ -1184,11 +1236,6 @@ impl TrialCtx<'_> {
                 format!("SHA-256 differs ({out_size} of {} bytes)", self.in_size)
             };
         }
-        let summary: Option<serde_json::Value> = stdout
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .and_then(|l| serde_json::from_str(l).ok());
         let field = |k: &str| summary.as_ref().and_then(|s| s[k].as_u64());
         let link_tx = dtx.link.unwrap_or_default();
         let link_rx = drx.link.unwrap_or_default();
@@ -1340,6 +1387,35 @@ pub(crate) mod tests_support {
 mod tests {
     use super::tests_support::row;
     use super::*;
+
+    #[test]
+    fn receiver_says_why_in_one_csv_field() {
+        let diodon: serde_json::Value = serde_json::json!({
+            "expired": 0, "late": 3,
+            "channels": [
+                {"name": "a", "verdict": "verified", "blake3": "00"},
+                {"name": "b", "verdict": "failed", "reason": "block 37 lost (5 unrecoverable)"},
+            ]
+        });
+        assert_eq!(
+            receiver_says(Some(&diodon), "ignored\n").as_deref(),
+            Some("block 37 lost (5 unrecoverable); late 3")
+        );
+        // No summary (or nothing in it): the last line on stderr, made
+        // safe for the CSV.
+        let py =
+            "Traceback (most recent call last):\n  File x, line 3\nValueError: bad chunk, 2\n\n";
+        assert_eq!(
+            receiver_says(None, py).as_deref(),
+            Some("ValueError: bad chunk; 2")
+        );
+        assert_eq!(
+            receiver_says(Some(&serde_json::json!({})), "").as_deref(),
+            None
+        );
+        let long = "x".repeat(500);
+        assert_eq!(receiver_says(None, &long).map(|s| s.len()), Some(200));
+    }
 
     #[test]
     fn csv_line_matches_header() {
