@@ -83,6 +83,19 @@ fn unavailable() -> Option<String> {
     None
 }
 
+/// The lab's lock (one test at a time: they share `net.core.rmem_*`), or
+/// `None` after saying why the lab cannot run here (the test is skipped).
+fn lab() -> Option<MutexGuard<'static, ()>> {
+    let lock = LOCK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = unavailable() {
+        skip(&why);
+        return None;
+    }
+    Some(lock)
+}
+
 /// A testbed for one test; torn down on drop.
 struct Testbed {
     name: String,
@@ -91,13 +104,7 @@ struct Testbed {
 
 impl Testbed {
     fn up() -> Option<Testbed> {
-        let lock = LOCK
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(why) = unavailable() {
-            skip(&why);
-            return None;
-        }
+        let lock = lab()?;
         let tb = Testbed {
             name: format!("dlab{}", std::process::id()),
             _lock: lock,
@@ -452,12 +459,7 @@ impl TrialRows {
     reason = "one scenario, checked output by output"
 )]
 fn trial_plan_writes_every_output_and_a_killed_receiver_fails() {
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = unavailable() {
-        return skip(&why);
-    }
+    let Some(_lock) = lab() else { return };
     if !ensure_netcat() {
         return skip("no `nc` (Debian package netcat-openbsd)");
     }
@@ -580,12 +582,7 @@ fn trial_plan_writes_every_output_and_a_killed_receiver_fails() {
 /// recovers what was lost, and every column says what happened.
 #[test]
 fn trial_runs_mtu_9000_with_injected_loss() {
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = unavailable() {
-        return skip(&why);
-    }
+    let Some(_lock) = lab() else { return };
     if !ensure_pydiode() {
         return skip("no `pydiode` (scripts/install-pydiode.sh could not install it)");
     }
@@ -752,12 +749,7 @@ impl Drop for Harness {
 /// second one is refused and changes nothing.
 #[test]
 fn a_killed_trial_run_is_undone_by_the_next_and_runs_never_overlap() {
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = unavailable() {
-        return skip(&why);
-    }
+    let Some(_lock) = lab() else { return };
     let dir = tempfile::tempdir().unwrap();
     let before = rmem();
     // A receive buffer no machine has by default: unmistakably the run's.
@@ -1053,12 +1045,7 @@ fn stats_shows_a_running_diodons_socket_drops() {
 /// `--report-only` then rewrites the same reports from trials.csv alone.
 #[test]
 fn trial_resume_adds_only_missing_trials_and_refuses_to_overwrite() {
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = unavailable() {
-        return skip(&why);
-    }
+    let Some(_lock) = lab() else { return };
     let dir = tempfile::tempdir().unwrap();
     let plan_text = |trials: u32, rates: &str| {
         format!("tools = [\"diodon\"]\nbitrates_mbps = [{rates}]\ntrials = {trials}\ntimeout_s = 20\n[file]\nsize = 2000000\n")
