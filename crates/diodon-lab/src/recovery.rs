@@ -24,7 +24,7 @@
 //! field 22), so a recycled PID is never mistaken for the run.
 
 use crate::guard;
-use crate::nft::run as run_tool;
+use crate::trial::{kill, read_rmem, testbed_down, write_rmem};
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
@@ -34,9 +34,6 @@ use std::process::Command;
 /// Where records live: `/run` is a tmpfs, so a reboot (which restores the
 /// sysctls and removes namespaces anyway) also removes the records.
 pub const DEFAULT_DIR: &str = "/run/diodon/trial";
-
-const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
-const RMEM_DEFAULT: &str = "/proc/sys/net/core/rmem_default";
 
 /// Errors of recovery and of writing the record.
 #[derive(Debug, thiserror::Error)]
@@ -201,7 +198,7 @@ impl RunRecord {
             .iter()
             .chain(record.testbed.iter().map(|(_, n)| n))
         {
-            if name.contains(['\n', '=']) {
+            if name.contains('\n') {
                 return Err(RecoveryError::BadRecord {
                     path: dir.to_owned(),
                     why: format!("name {name:?} cannot be recorded"),
@@ -284,19 +281,13 @@ fn undo(r: &Record) -> Vec<String> {
             let ns = format!("{name}-{side}");
             for pid in netns_pids(&ns) {
                 // Only what runs inside the dead run's own testbed.
-                let killed = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if killed {
+                if kill(pid, "-KILL") {
                     done.push(format!("{who}: killed pid {pid} left in namespace {ns}"));
                 }
             }
         }
-        let mut c = Command::new("bash");
-        c.arg(script).arg("down").env("DIODON_TB", name);
-        match run_tool(c, None) {
-            Ok(_) => done.push(format!("{who}: testbed {name} taken down")),
+        match testbed_down(script, name) {
+            Ok(()) => done.push(format!("{who}: testbed {name} taken down")),
             Err(e) => done.push(format!("{who}: testbed {name} down failed: {e}")),
         }
     }
@@ -324,8 +315,7 @@ fn undo(r: &Record) -> Vec<String> {
 /// they still hold a value the run itself set: a value someone chose since
 /// is left alone (and said so).
 fn restore_rmem(who: &str, max: &str, def: &str, set: &[u64]) -> Option<String> {
-    let now_max = fs::read_to_string(RMEM_MAX).ok()?.trim().to_owned();
-    let now_def = fs::read_to_string(RMEM_DEFAULT).ok()?.trim().to_owned();
+    let (now_max, now_def) = read_rmem().ok()?;
     if now_max == max && now_def == def {
         return None;
     }
@@ -336,8 +326,7 @@ fn restore_rmem(who: &str, max: &str, def: &str, set: &[u64]) -> Option<String> 
              left as they are (it found {max} / {def})"
         ));
     }
-    let ok = fs::write(RMEM_MAX, max).is_ok() && fs::write(RMEM_DEFAULT, def).is_ok();
-    Some(if ok {
+    Some(if write_rmem(max, def).is_ok() {
         format!("{who}: net.core.rmem_max {now_max} -> {max}, rmem_default {now_def} -> {def}")
     } else {
         format!("{who}: could not restore net.core.rmem_max={max} rmem_default={def}")

@@ -362,19 +362,26 @@ pub struct RmemGuard {
 const RMEM_MAX: &str = "/proc/sys/net/core/rmem_max";
 const RMEM_DEFAULT: &str = "/proc/sys/net/core/rmem_default";
 
+/// The current `net.core.rmem_max` and `rmem_default`.
+pub(crate) fn read_rmem() -> Result<(String, String), TrialError> {
+    let max = fs::read_to_string(RMEM_MAX).map_err(io_err(RMEM_MAX))?;
+    let def = fs::read_to_string(RMEM_DEFAULT).map_err(io_err(RMEM_DEFAULT))?;
+    Ok((max.trim().to_owned(), def.trim().to_owned()))
+}
+
+/// Sets `net.core.rmem_max` and `rmem_default`.
+pub(crate) fn write_rmem(max: &str, def: &str) -> Result<(), TrialError> {
+    fs::write(RMEM_MAX, max).map_err(io_err(RMEM_MAX))?;
+    fs::write(RMEM_DEFAULT, def).map_err(io_err(RMEM_DEFAULT))?;
+    Ok(())
+}
+
 impl RmemGuard {
     /// Remembers the current values.
     pub fn new() -> Result<Self, TrialError> {
         Ok(RmemGuard {
-            saved: Some(Self::read()?),
+            saved: Some(read_rmem()?),
         })
-    }
-
-    /// The current `rmem_max` and `rmem_default`.
-    pub fn read() -> Result<(String, String), TrialError> {
-        let max = fs::read_to_string(RMEM_MAX).map_err(io_err(RMEM_MAX))?;
-        let def = fs::read_to_string(RMEM_DEFAULT).map_err(io_err(RMEM_DEFAULT))?;
-        Ok((max.trim().to_owned(), def.trim().to_owned()))
     }
 
     /// Sets both to `bytes`, or back to the saved values for 0.
@@ -383,9 +390,7 @@ impl RmemGuard {
             (Some((m, d)), 0) => (m.clone(), d.clone()),
             (_, b) => (b.to_string(), b.to_string()),
         };
-        fs::write(RMEM_MAX, &max).map_err(io_err(RMEM_MAX))?;
-        fs::write(RMEM_DEFAULT, &def).map_err(io_err(RMEM_DEFAULT))?;
-        Ok(())
+        write_rmem(&max, &def)
     }
 
     /// The values found at the start.
@@ -397,9 +402,7 @@ impl RmemGuard {
 impl Drop for RmemGuard {
     fn drop(&mut self) {
         if let Some((max, def)) = self.saved.take() {
-            let a = fs::write(RMEM_MAX, &max);
-            let b = fs::write(RMEM_DEFAULT, &def);
-            if a.is_err() || b.is_err() {
+            if write_rmem(&max, &def).is_err() {
                 eprintln!("trial: could not restore net.core.rmem_max={max} rmem_default={def}");
             }
         }
@@ -427,14 +430,17 @@ impl<'a> Testbed<'a> {
 
 impl Drop for Testbed<'_> {
     fn drop(&mut self) {
-        let mut c = Command::new("bash");
-        c.arg(&self.opts.testbed_script)
-            .arg("down")
-            .env("DIODON_TB", &self.opts.testbed_name);
-        if let Err(e) = run_tool(c, None) {
+        if let Err(e) = testbed_down(&self.opts.testbed_script, &self.opts.testbed_name) {
             eprintln!("trial: testbed down failed: {e}");
         }
     }
+}
+
+/// `scripts/testbed.sh down` for testbed `name` (fine if it is not up).
+pub(crate) fn testbed_down(script: &Path, name: &str) -> Result<(), ToolError> {
+    let mut c = Command::new("bash");
+    c.arg(script).arg("down").env("DIODON_TB", name);
+    run_tool(c, None).map(drop)
 }
 
 /// Why a receiver says it failed, fit for the CSV's `reason` column: the
@@ -636,11 +642,13 @@ fn wait_bound(
     }
 }
 
-fn kill(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
+/// Sends `sig` (e.g. `-KILL`) to `pid`; whether it was delivered.
+pub(crate) fn kill(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
         .args([sig, &pid.to_string()])
         .stderr(Stdio::null())
-        .status();
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs every cell of `plan`; returns all rows. When `opts.stop` is set the
@@ -705,11 +713,6 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     if !plan.link.testbed {
         ends.check_exist()?;
     }
-    let work = opts.out_dir.join("work");
-    fs::create_dir_all(&work).map_err(io_err(format!("creating {}", work.display())))?;
-    let input = work.join("input.bin");
-    make_file(&input, plan.file.size, plan.file.content)?;
-    let (in_sha, in_size) = sha256_file(&input).map_err(io_err("hashing the input"))?;
     // A run killed outright (SIGKILL) left sysctls, a testbed or guard
     // tables behind: undo that first; refuse while another run is going.
     for line in recovery::recover(&opts.record_dir)? {
@@ -720,11 +723,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
     let _record = RunRecord::create(
         &opts.record_dir,
         Record {
-            rmem_found: if sets_rmem {
-                Some(RmemGuard::read()?)
-            } else {
-                None
-            },
+            rmem_found: if sets_rmem { Some(read_rmem()?) } else { None },
             rmem_set: plan.rcvbuf.iter().copied().filter(|&b| b != 0).collect(),
             testbed: plan.link.testbed.then(|| {
                 let script = fs::canonicalize(&opts.testbed_script)
@@ -740,6 +739,11 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<Vec<Row>, TrialError> {
             ..Record::default()
         },
     )?;
+    let work = opts.out_dir.join("work");
+    fs::create_dir_all(&work).map_err(io_err(format!("creating {}", work.display())))?;
+    let input = work.join("input.bin");
+    make_file(&input, plan.file.size, plan.file.content)?;
+    let (in_sha, in_size) = sha256_file(&input).map_err(io_err("hashing the input"))?;
     let rmem = if sets_rmem {
         Some(RmemGuard::new()?)
     } else {
