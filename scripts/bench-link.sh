@@ -98,7 +98,8 @@ ratio = good / ceiling * 100 if ceiling else 0.0
 print("|".join(str(x) for x in [
     mtu, f"{blast.get('mbps', 0):.0f}", f"{ceiling:.0f}", sink.get("socket_drops", "?"),
     f"{good:.0f}", f"{ratio:.0f} %", f"{tx.get('cpu_s', 0) / gb:.2f}", f"{rx.get('cpu_s', 0) / gb:.2f}",
-    rx.get("socket_drops", "?"), rx.get("missing", "?"), rx.get("recovered", "?"),
+    rx.get("socket", {}).get("drops", "?"), rx.get("core", {}).get("missing", "?"),
+    rx.get("core", {}).get("recovered_symbols", "?"),
     f"{verdict}, {sha_ok}", guard or "?",
 ]))
 EOF

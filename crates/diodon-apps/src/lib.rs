@@ -23,8 +23,12 @@
 //! channels).
 
 pub mod files;
+pub mod gateway;
+pub mod link;
+pub mod metrics;
 pub mod names;
 pub mod recv;
+pub mod report;
 pub mod send;
 pub mod stream;
 pub mod udp_flow;

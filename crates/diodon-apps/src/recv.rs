@@ -101,7 +101,7 @@ pub struct SinkError {
 }
 
 /// The final word on a channel.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     /// Delivered and verified.
@@ -117,7 +117,7 @@ pub enum Verdict {
 }
 
 /// One channel's outcome as the sink saw it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ChannelOutcome {
     /// Session id, hex.
     pub session: String,
@@ -185,6 +185,16 @@ pub struct RecvOptions {
     pub expect_channels: Option<u64>,
 }
 
+diodon_counters::counters! {
+    /// The receiving socket as the net thread saw it (a snapshot of
+    /// [`RecvProgress`]'s live counters).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct RecvSocketCounters in Diodon "receiver_socket" {
+        datagrams: counter Count "datagrams" "Datagrams read from the receiving socket.",
+        drops: counter Count "drops" "Datagrams the kernel dropped on the receiving socket because its buffer was full (SO_RXQ_OVFL).",
+    }
+}
+
 /// Live counters for a progress display.
 #[derive(Debug, Default)]
 pub struct RecvProgress {
@@ -202,6 +212,16 @@ pub struct RecvProgress {
     pub current_size: AtomicU64,
     /// The core's counters, refreshed about every 100 ms (for exporters).
     pub snapshot: Mutex<ReceiverStats>,
+}
+
+impl RecvProgress {
+    /// The socket counters now.
+    pub fn socket(&self) -> RecvSocketCounters {
+        RecvSocketCounters {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            drops: self.socket_drops.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What the receiver saw.

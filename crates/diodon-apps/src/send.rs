@@ -147,7 +147,7 @@ pub struct SendProgress {
 }
 
 /// A channel the sender finished.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SentChannel {
     /// Channel name.
     pub name: String,

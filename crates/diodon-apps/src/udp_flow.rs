@@ -36,7 +36,29 @@ pub const RECORD_HEADER: usize = 2;
 /// Buffered record bytes per flow before they go to the sender's queue.
 const FLUSH_BYTES: usize = 64 * 1024;
 
-/// Live counters of the UDP source (read by the summary and metrics).
+diodon_counters::counters! {
+    /// What the UDP-flow source counted (a snapshot of [`UdpSourceStats`]).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct UdpSourceCounters in Diodon "udp_source" {
+        datagrams: counter Count "datagrams" "Datagrams read from the UDP-flow socket.",
+        bytes: counter Bytes "payload" "Payload bytes read from the UDP-flow socket.",
+        flows: counter Count "flows" "UDP flows (channels) opened.",
+        /// The only admissible loss of a UDP source: it outran the configured rate.
+        socket_drops: counter Count "socket_drops" "Datagrams the kernel dropped on the UDP-flow socket (source faster than the link; SO_RXQ_OVFL).",
+    }
+}
+
+diodon_counters::counters! {
+    /// What the UDP forwarding sink counted (a snapshot of [`UdpForwardStats`]).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct UdpForwardCounters in Diodon "udp_forward" {
+        datagrams: counter Count "datagrams" "Datagrams forwarded to the destination.",
+        bytes: counter Bytes "payload" "Payload bytes forwarded.",
+    }
+}
+
+/// Live counters of the UDP source, shared with the summary and metrics
+/// threads; [`UdpSourceStats::snapshot`] reads them as declared counters.
 #[derive(Debug, Default)]
 pub struct UdpSourceStats {
     /// Datagrams read from the listening socket.
@@ -153,13 +175,36 @@ pub fn serve_udp(
     Ok(())
 }
 
-/// Counters of the forwarding sink.
+/// Live counters of the forwarding sink; [`UdpForwardStats::snapshot`]
+/// reads them as declared counters.
 #[derive(Debug, Default)]
 pub struct UdpForwardStats {
     /// Datagrams sent to the destination.
     pub datagrams: AtomicU64,
     /// Payload bytes sent.
     pub bytes: AtomicU64,
+}
+
+impl UdpSourceStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> UdpSourceCounters {
+        UdpSourceCounters {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            flows: self.flows.load(Ordering::Relaxed),
+            socket_drops: self.socket_drops.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl UdpForwardStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> UdpForwardCounters {
+        UdpForwardCounters {
+            datagrams: self.datagrams.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 #[derive(Debug)]

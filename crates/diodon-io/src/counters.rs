@@ -60,28 +60,37 @@ fn first_existing(paths: &[&'static str]) -> &'static Path {
     Path::new(path)
 }
 
-/// The kernel's UDP MIB (one address family). Fields a kernel does not report
-/// read as 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UdpSnmp {
-    /// Datagrams delivered to sockets.
-    pub in_datagrams: u64,
-    /// Datagrams to a port with no socket.
-    pub no_ports: u64,
-    /// Datagrams dropped on receive for any reason (includes `rcvbuf_errors`).
-    pub in_errors: u64,
-    /// Datagrams sent.
-    pub out_datagrams: u64,
-    /// Datagrams dropped because a receive buffer was full.
-    pub rcvbuf_errors: u64,
-    /// Datagrams dropped because a send buffer / device queue was full.
-    pub sndbuf_errors: u64,
-    /// Datagrams with a bad checksum.
-    pub in_csum_errors: u64,
-    /// Broadcast/multicast datagrams nobody listened to.
-    pub ignored_multi: u64,
-    /// Datagrams dropped for socket memory accounting.
-    pub mem_errors: u64,
+/// CPU time (user + system) of this process so far, in seconds, from
+/// `/proc/self/stat` (0.0 where it cannot be read).
+pub fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses).
+    let Some(rest) = stat.rsplit(')').next() else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+diodon_counters::counters! {
+    /// The kernel's UDP MIB (one address family). Fields a kernel does not
+    /// report read as 0. Exported as `kernel_udp_*` (`kernel_udp6_*` for IPv6).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct UdpSnmp in Kernel "udp" {
+        in_datagrams: counter Count "in_datagrams" "InDatagrams: datagrams delivered to sockets.",
+        no_ports: counter Count "no_ports" "NoPorts: datagrams to a port with no socket.",
+        in_errors: counter Count "in_errors" "InErrors: datagrams dropped on receive for any reason (includes RcvbufErrors).",
+        out_datagrams: counter Count "out_datagrams" "OutDatagrams: datagrams sent.",
+        rcvbuf_errors: counter Count "rcvbuf_errors" "RcvbufErrors: datagrams dropped because a receive buffer was full.",
+        sndbuf_errors: counter Count "sndbuf_errors" "SndbufErrors: datagrams dropped because a send buffer or device queue was full.",
+        in_csum_errors: counter Count "in_csum_errors" "InCsumErrors: datagrams with a bad checksum.",
+        ignored_multi: counter Count "ignored_multi" "IgnoredMulti: broadcast or multicast datagrams nobody listened to.",
+        mem_errors: counter Count "mem_errors" "MemErrors: datagrams dropped for socket memory accounting.",
+    }
 }
 
 impl UdpSnmp {
@@ -179,28 +188,22 @@ impl UdpSnmp {
     }
 }
 
-/// Per-interface link statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkStats {
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Receive errors.
-    pub rx_errors: u64,
-    /// Packets dropped on receive (from `/proc/net/dev`: also includes
-    /// `rx_missed_errors`).
-    pub rx_dropped: u64,
-    /// Packets the NIC missed (ring full); 0 from `/proc/net/dev`.
-    pub rx_missed_errors: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Transmit errors.
-    pub tx_errors: u64,
-    /// Packets dropped on transmit.
-    pub tx_dropped: u64,
+diodon_counters::counters! {
+    /// Per-interface link statistics. Exported as `kernel_link_*{interface=…}`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct LinkStats in Kernel "link" {
+        rx_packets: counter Count "rx_packets" "Packets received.",
+        rx_bytes: counter Bytes "rx_bytes" "Bytes received.",
+        rx_errors: counter Count "rx_errors" "Receive errors.",
+        /// From `/proc/net/dev` this also includes `rx_missed_errors`.
+        rx_dropped: counter Count "rx_dropped" "Packets dropped on receive.",
+        /// 0 from `/proc/net/dev`.
+        rx_missed_errors: counter Count "rx_missed_errors" "Packets the NIC missed (ring full).",
+        tx_packets: counter Count "tx_packets" "Packets sent.",
+        tx_bytes: counter Bytes "tx_bytes" "Bytes sent.",
+        tx_errors: counter Count "tx_errors" "Transmit errors.",
+        tx_dropped: counter Count "tx_dropped" "Packets dropped on transmit.",
+    }
 }
 
 impl LinkStats {

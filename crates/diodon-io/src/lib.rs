@@ -32,6 +32,7 @@ pub mod counters;
 pub mod deltat_driver;
 pub mod netns;
 pub mod relay;
+pub mod route;
 pub mod tun;
 pub mod udp;
 

@@ -641,27 +641,22 @@ pub struct SendReport {
     pub retries: u64,
 }
 
-/// Cumulative sender counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SenderCounters {
-    /// Datagrams handed to the kernel.
-    pub datagrams: u64,
-    /// Payload bytes handed to the kernel.
-    pub bytes: u64,
-    /// Successful `sendmsg` calls carrying a GSO super-packet.
-    pub gso_calls: u64,
-    /// Successful `sendmmsg` calls.
-    pub sendmmsg_calls: u64,
-    /// Retries after `ENOBUFS` (device or qdisc queue full: the kernel would
-    /// otherwise have dropped the datagram and counted `SndbufErrors`).
-    pub enobufs_retries: u64,
-    /// Retries after `EAGAIN` (socket send buffer full).
-    pub eagain_retries: u64,
-    /// Retries after a send returned an error belonging to an earlier
-    /// datagram (ICMP unreachable with `IP_RECVERR`).
-    pub async_error_retries: u64,
-    /// Entries read from the socket error queue (`MSG_ERRQUEUE`).
-    pub error_queue: u64,
+diodon_counters::counters! {
+    /// Cumulative counters of a batched sending socket. Exported as
+    /// `diodon_sender_socket_*`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SenderCounters in Diodon "sender_socket" {
+        datagrams: counter Count "datagrams" "Datagrams handed to the kernel.",
+        bytes: counter Bytes "payload" "Payload bytes handed to the kernel.",
+        gso_calls: counter Count "gso_calls" "Successful sendmsg calls carrying a GSO super-packet.",
+        sendmmsg_calls: counter Count "sendmmsg_calls" "Successful sendmmsg calls.",
+        /// The kernel would otherwise have dropped the datagram and counted
+        /// `SndbufErrors`.
+        enobufs_retries: counter Count "enobufs_retries" "Sends retried after ENOBUFS (device or qdisc queue full).",
+        eagain_retries: counter Count "eagain_retries" "Sends retried after EAGAIN (socket send buffer full).",
+        async_error_retries: counter Count "async_error_retries" "Sends retried after an error that belonged to an earlier datagram (ICMP with IP_RECVERR).",
+        error_queue: counter Count "error_queue" "Entries read from the socket error queue (MSG_ERRQUEUE).",
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1069,23 +1064,18 @@ fn sendmmsg(fd: RawFd, hdrs: &mut [libc::mmsghdr]) -> io::Result<usize> {
 // Receiver
 // ---------------------------------------------------------------------------
 
-/// Cumulative receiver counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReceiverCounters {
-    /// Datagrams delivered (after GRO splitting).
-    pub datagrams: u64,
-    /// Payload bytes delivered.
-    pub bytes: u64,
-    /// `recvmmsg` calls that returned at least one message.
-    pub batches: u64,
-    /// Messages that were GRO super-packets (more than one datagram).
-    pub gro_packets: u64,
-    /// Messages larger than a slot (`MSG_TRUNC`): not delivered, counted here.
-    pub truncated: u64,
-    /// Messages whose control data did not fit (`MSG_CTRUNC`).
-    pub control_truncated: u64,
-    /// The kernel's cumulative drop count for this socket (`SO_RXQ_OVFL`).
-    pub socket_drops: u64,
+diodon_counters::counters! {
+    /// Cumulative counters of a batched receiving socket.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ReceiverCounters in Diodon "receiver_socket" {
+        datagrams: counter Count "datagrams" "Datagrams read from the socket (after GRO splitting).",
+        bytes: counter Bytes "payload" "Payload bytes read from the socket.",
+        batches: counter Count "batches" "recvmmsg calls that returned at least one message.",
+        gro_packets: counter Count "gro_packets" "Messages that were GRO super-packets (more than one datagram).",
+        truncated: counter Count "truncated" "Messages larger than a slot (MSG_TRUNC): not delivered, counted here.",
+        control_truncated: counter Count "control_truncated" "Messages whose control data did not fit (MSG_CTRUNC).",
+        socket_drops: counter Count "drops" "Datagrams the kernel dropped on this socket because its buffer was full (SO_RXQ_OVFL).",
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

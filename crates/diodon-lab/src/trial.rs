@@ -458,7 +458,7 @@ pub fn receiver_says(summary: Option<&serde_json::Value>, stderr: &str) -> Optio
         .collect();
     if let Some(s) = summary {
         for k in ["expired", "late"] {
-            if let Some(n) = s[k].as_u64().filter(|&n| n > 0) {
+            if let Some(n) = s["core"][k].as_u64().filter(|&n| n > 0) {
                 why.push(format!("{k} {n}"));
             }
         }
@@ -1241,9 +1241,11 @@ impl TrialCtx<'_> {
             };
         }
         let field = |k: &str| summary.as_ref().and_then(|s| s[k].as_u64());
+        // The receiver's counters, as its summary declares them.
+        let core = |k: &str| summary.as_ref().and_then(|s| s["core"][k].as_u64());
         let link_tx = dtx.link.unwrap_or_default();
         let link_rx = drx.link.unwrap_or_default();
-        let corrupt = drx.udp.InCsumErrors + field("bad_check").unwrap_or(0);
+        let corrupt = drx.udp.InCsumErrors + core("bad_check").unwrap_or(0);
         Ok(Row {
             config: c.clone(),
             bitrate,
@@ -1267,9 +1269,9 @@ impl TrialCtx<'_> {
             snmp_in_errors: drx.udp.InErrors,
             snmp_rcvbuf_errors: drx.udp.RcvbufErrors,
             snmp_reasm_fails: drx.ip.ReasmFails,
-            missing: field("missing"),
-            recovered: field("recovered"),
-            socket_drops: field("socket_drops"),
+            missing: core("missing"),
+            recovered: core("recovered_symbols"),
+            socket_drops: summary.as_ref().and_then(|s| s["socket"]["drops"].as_u64()),
             repair_ratio: match c.tool {
                 Tool::Diodon => Some(f64::from(self.plan.repair) / 100.0),
                 Tool::Netcat => Some(0.0),
@@ -1395,7 +1397,7 @@ mod tests {
     #[test]
     fn receiver_says_why_in_one_csv_field() {
         let diodon: serde_json::Value = serde_json::json!({
-            "expired": 0, "late": 3,
+            "core": {"expired": 0, "late": 3},
             "channels": [
                 {"name": "a", "verdict": "verified", "blake3": "00"},
                 {"name": "b", "verdict": "failed", "reason": "block 37 lost (5 unrecoverable)"},

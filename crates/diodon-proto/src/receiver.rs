@@ -230,61 +230,37 @@ pub enum Event {
     LinkResumed,
 }
 
-/// Exact accounting of every datagram.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReceiverStats {
-    /// Datagrams handed to the receiver.
-    pub datagrams: u64,
-    /// Accepted (passed every check, not duplicate, not stale).
-    pub accepted: u64,
-    /// Too short, length disagreeing with the header, or unknown flags.
-    pub bad_length: u64,
-    /// Another protocol version.
-    pub wrong_version: u64,
-    /// Keyed while unkeyed expected, or the reverse.
-    pub integrity_mismatch: u64,
-    /// CRC32C or MAC mismatch (corruption or forgery).
-    pub bad_check: u64,
-    /// Passed the check but a body field is invalid.
-    pub malformed: u64,
-    /// From a previous (retired) session.
-    pub stale_session: u64,
-    /// Sequence number already seen.
-    pub duplicates: u64,
-    /// Sequence number below the replay window.
-    pub too_old: u64,
-    /// Older than its lifetime.
-    pub expired: u64,
-    /// Symbol contradicting earlier symbols of its block (k, m, lengths).
-    pub inconsistent: u64,
-    /// For a block already delivered or a channel already ended.
-    pub late: u64,
-    /// Source symbols accepted.
-    pub data_symbols: u64,
-    /// Repair symbols accepted.
-    pub repair_symbols: u64,
-    /// Beacons accepted.
-    pub beacons: u64,
-    /// Datagrams never received, from sequence gaps (all sessions).
-    pub missing: u64,
-    /// Source symbols rebuilt by FEC.
-    pub recovered_symbols: u64,
-    /// Blocks that needed FEC.
-    pub blocks_recovered: u64,
-    /// Blocks delivered.
-    pub blocks_delivered: u64,
-    /// Blocks that could not be recovered.
-    pub blocks_lost: u64,
-    /// Channels opened (metadata received).
-    pub channels_opened: u64,
-    /// Channels complete and verified.
-    pub channels_complete: u64,
-    /// Channels failed.
-    pub channels_failed: u64,
-    /// Channel bytes delivered.
-    pub bytes_delivered: u64,
-    /// Sessions adopted.
-    pub sessions: u64,
+diodon_counters::counters! {
+    /// Exact accounting of every datagram.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct ReceiverStats in Diodon "receiver" {
+        datagrams: counter Count "datagrams" "Datagrams handed to the core.",
+        accepted: counter Count "accepted" "Datagrams accepted (passed every check, not duplicate, not stale).",
+        bad_length: counter Count "bad_length" "Datagrams too short, with a length disagreeing with the header, or unknown flags.",
+        wrong_version: counter Count "wrong_version" "Datagrams of another protocol version.",
+        integrity_mismatch: counter Count "integrity_mismatch" "Datagrams keyed while unkeyed was expected, or the reverse.",
+        bad_check: counter Count "bad_check" "Datagrams with a wrong CRC32C or MAC (corruption or forgery).",
+        malformed: counter Count "malformed" "Datagrams that passed the check but have an invalid body field.",
+        stale_session: counter Count "stale_session" "Datagrams of a previous (retired) session.",
+        duplicates: counter Count "duplicates" "Datagrams whose sequence number was already seen.",
+        too_old: counter Count "too_old" "Datagrams below the replay window.",
+        expired: counter Count "expired" "Datagrams older than their lifetime.",
+        inconsistent: counter Count "inconsistent" "Symbols contradicting earlier symbols of their block (k, m, lengths).",
+        late: counter Count "late" "Datagrams for a block already delivered or a channel already ended.",
+        data_symbols: counter Count "data_symbols" "Source symbols accepted.",
+        repair_symbols: counter Count "repair_symbols" "Repair symbols accepted.",
+        beacons: counter Count "beacons" "Beacons accepted.",
+        missing: counter Count "missing" "Datagrams never received, from sequence gaps (all sessions).",
+        recovered_symbols: counter Count "recovered_symbols" "Source symbols rebuilt by FEC.",
+        blocks_recovered: counter Count "blocks_recovered" "Blocks that needed FEC.",
+        blocks_delivered: counter Count "blocks_delivered" "Blocks delivered.",
+        blocks_lost: counter Count "blocks_lost" "Blocks that could not be recovered.",
+        channels_opened: counter Count "channels_opened" "Channels opened (metadata received).",
+        channels_complete: counter Count "channels_complete" "Channels complete and verified.",
+        channels_failed: counter Count "channels_failed" "Channels failed.",
+        bytes_delivered: counter Bytes "delivered" "Channel bytes delivered.",
+        sessions: counter Count "sessions" "Sender sessions adopted.",
+    }
 }
 
 impl ReceiverStats {

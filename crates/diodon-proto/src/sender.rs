@@ -199,35 +199,24 @@ pub enum SenderEvent {
     },
 }
 
-/// Counters of the sending side.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SenderStats {
-    /// Datagrams produced.
-    pub datagrams_sent: u64,
-    /// Of which source symbols.
-    pub data_symbols: u64,
-    /// Of which repair symbols.
-    pub repair_symbols: u64,
-    /// Of which beacons.
-    pub beacons: u64,
-    /// Of which channel-open copies.
-    pub opens: u64,
-    /// Of which trailer copies.
-    pub trailers: u64,
-    /// Datagram bytes produced (UDP payload).
-    pub wire_bytes: u64,
-    /// Channel bytes accepted from the application.
-    pub bytes_accepted: u64,
-    /// Blocks encoded.
-    pub blocks: u64,
-    /// Channels opened.
-    pub channels_opened: u64,
-    /// Channels whose trailer went out with status complete.
-    pub channels_sent: u64,
-    /// Channels aborted.
-    pub channels_aborted: u64,
-    /// Times `write` accepted fewer bytes than offered.
-    pub backpressure_events: u64,
+diodon_counters::counters! {
+    /// Counters of the sending side.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct SenderStats in Diodon "sender" {
+        datagrams_sent: counter Count "datagrams_sent" "Datagrams produced by the core.",
+        data_symbols: counter Count "data_symbols" "Of which source symbols.",
+        repair_symbols: counter Count "repair_symbols" "Of which repair symbols.",
+        beacons: counter Count "beacons" "Of which beacons.",
+        opens: counter Count "opens" "Of which channel-open copies.",
+        trailers: counter Count "trailers" "Of which trailer copies.",
+        wire_bytes: counter Bytes "wire" "Datagram bytes produced (UDP payload).",
+        bytes_accepted: counter Bytes "accepted" "Channel bytes accepted from the application.",
+        blocks: counter Count "blocks" "FEC blocks encoded.",
+        channels_opened: counter Count "channels_opened" "Channels opened.",
+        channels_sent: counter Count "channels_sent" "Channels whose trailer went out with status complete.",
+        channels_aborted: counter Count "channels_aborted" "Channels aborted.",
+        backpressure_events: counter Count "backpressure_events" "Times write accepted fewer bytes than offered (the core's buffer pushed back).",
+    }
 }
 
 /// Result of [`Sender::poll_batch`]: `count` datagrams back to back in the

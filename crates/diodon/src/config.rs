@@ -8,178 +8,14 @@
 //!  --config ───┘
 //! ```
 
+use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use diodon_apps::link::read_key;
 use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SymbolSize};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Default link rate when none is given: a 1 `GbE` diode less headroom.
-pub const DEFAULT_RATE: &str = "950mbit";
-
-/// diodon: send files, a pipe or TCP streams across a one-way link (data diode).
-///
-/// Exit codes: 0 every channel verified; 1 a channel failed or was refused;
-/// 2 usage or configuration error; 3 IO error (socket, output directory).
-#[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
-pub struct Cli {
-    /// Log format on stderr.
-    #[arg(long, value_enum, global = true, default_value = "human")]
-    pub log_format: LogFormat,
-    /// What to do.
-    #[command(subcommand)]
-    pub cmd: Command,
-}
-
-/// Log formats.
-#[derive(Debug, Clone, Copy, ValueEnum, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Readable lines.
-    Human,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Send files/directories, stdin (`-`) or TCP connections (`--tcp-listen`).
-    Send(SendArgs),
-    /// Receive into a directory (`--out`), stdout (`--stdout`) or a TCP
-    /// destination (`--tcp-connect`).
-    Recv(RecvArgs),
-    /// Delta-t (reliable, needs a return path): send/recv a file, echo.
-    Deltat(crate::deltat::DeltatArgs),
-    /// Impairment relay (delay, loss, reordering) over UDP or between two TUN devices.
-    Relay(crate::deltat::RelayArgs),
-    /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
-    Guard(crate::guard::GuardArgs),
-    /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
-    Stats(crate::stats::StatsArgs),
-    /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
-    Trial(crate::trial::TrialArgs),
-}
-
-/// Settings shared by both sides.
-#[derive(Debug, Args, Default)]
-pub struct LinkArgs {
-    /// TOML file with the same keys as the long flags (`rate = "1gbit"`); flags win.
-    #[arg(long, value_name = "FILE.toml")]
-    pub config: Option<PathBuf>,
-    /// Path MTU; the datagram size is derived from it (never fragments). Default 1500.
-    #[arg(long)]
-    pub mtu: Option<usize>,
-    /// Link rate (`950mbit`, `1gbit`, `unlimited`). Sender: pacing; receiver:
-    /// sizes the socket buffer. Default 950mbit.
-    #[arg(long)]
-    pub rate: Option<String>,
-    /// Repair symbols in percent of source symbols. Default 10.
-    #[arg(long)]
-    pub repair: Option<u32>,
-    /// Source symbols per FEC block. Default 64.
-    #[arg(long)]
-    pub block: Option<u16>,
-    /// Blocks whose symbols are interleaved. Default 4.
-    #[arg(long)]
-    pub interleave: Option<u8>,
-    /// Pre-shared key: 32 raw bytes or 64 hex characters (keyed MAC instead of CRC32C).
-    #[arg(long, value_name = "FILE")]
-    pub key_file: Option<PathBuf>,
-    /// Beacon interval in milliseconds. Default 250.
-    #[arg(long, value_name = "MS")]
-    pub beacon: Option<u64>,
-    /// Δt in milliseconds (state is freed after 2Δt of silence). Default 2000.
-    #[arg(long, value_name = "MS")]
-    pub delta_t: Option<u64>,
-    /// Bind the socket to this interface.
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Print the final summary as JSON on stdout (stderr with --stdout).
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `diodon send`.
-#[derive(Debug, Args)]
-pub struct SendArgs {
-    /// Files or directories (recursively); `-` for stdin.
-    pub paths: Vec<PathBuf>,
-    /// Receiver address, e.g. `10.77.0.2:7700` or `[fd77::2]:7700`.
-    #[arg(long)]
-    pub to: Option<SocketAddr>,
-    /// Local address to send from (default: any, same family as --to).
-    #[arg(long)]
-    pub bind: Option<SocketAddr>,
-    /// Accept TCP connections here; each becomes a channel (runs until interrupted).
-    #[arg(long, value_name = "ADDR")]
-    pub tcp_listen: Option<SocketAddr>,
-    /// Listen for UDP datagrams here; each source address/port becomes a
-    /// datagram channel, delivered datagram by datagram (runs until interrupted).
-    #[arg(long, value_name = "ADDR")]
-    pub udp_listen: Option<SocketAddr>,
-    /// A UDP flow silent this long is finished (ms). Default 5000.
-    #[arg(long, value_name = "MS")]
-    pub udp_idle: Option<u64>,
-    /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9977`).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// Never use UDP GSO (one sendmmsg entry per datagram). Only for links
-    /// that mishandle GSO super-packets (the testbed segments them itself).
-    #[arg(long)]
-    pub no_gso: bool,
-    /// Keep sending beacons this long after the last channel (ms). Default 750.
-    #[arg(long, value_name = "MS")]
-    pub linger: Option<u64>,
-    /// Link settings.
-    #[command(flatten)]
-    pub link: LinkArgs,
-}
-
-/// `diodon recv`.
-#[derive(Debug, Args)]
-pub struct RecvArgs {
-    /// Address to listen on, e.g. `10.77.0.2:7700` or `[::]:7700`.
-    #[arg(long)]
-    pub listen: Option<SocketAddr>,
-    /// Output directory for files.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write the (single) stream to stdout instead.
-    #[arg(long)]
-    pub stdout: bool,
-    /// Connect to this TCP address for every received stream.
-    #[arg(long, value_name = "ADDR")]
-    pub tcp_connect: Option<SocketAddr>,
-    /// Send every record of received UDP flows to this address, one datagram each.
-    #[arg(long, value_name = "ADDR")]
-    pub udp_forward: Option<SocketAddr>,
-    /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// Exit once channels were seen, all are decided and the link is silent.
-    #[arg(long)]
-    pub once: bool,
-    /// Exit as soon as N channels (files, streams) are decided, verified or
-    /// failed, without waiting for the link to fall silent. Implies --once.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub channels: Option<u64>,
-    /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
-    #[arg(long)]
-    pub rcvbuf: Option<usize>,
-    /// Longest stall of the receiving process the socket buffer must absorb (ms). Default 250.
-    #[arg(long, value_name = "MS")]
-    pub stall: Option<u64>,
-    /// Skip fsync before rename (faster, not crash-safe).
-    #[arg(long)]
-    pub no_fsync: bool,
-    /// Link settings.
-    #[command(flatten)]
-    pub link: LinkArgs,
-}
 
 /// The TOML file: every long flag, with `_` or `-` in names.
 #[derive(Debug, Default, Deserialize)]
@@ -290,31 +126,21 @@ impl Link {
 
     /// The symbol size for this MTU and address family.
     pub fn symbol_size(&self, addr: SocketAddr) -> Result<SymbolSize> {
-        let ip = if addr.is_ipv6() {
-            IpVersion::V6
-        } else {
-            IpVersion::V4
-        };
-        Ok(SymbolSize::for_mtu(self.mtu, ip, self.integrity.tag_len())?)
+        Ok(SymbolSize::for_mtu(
+            self.mtu,
+            ip_version(addr),
+            self.integrity.tag_len(),
+        )?)
     }
 }
 
-/// 32 raw bytes, or 64 hex characters (surrounding whitespace ignored).
-pub fn read_key(path: &Path) -> Result<[u8; 32]> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("reading key file {}", path.display()))?;
-    if bytes.len() == 32 {
-        let mut k = [0u8; 32];
-        k.copy_from_slice(&bytes);
-        return Ok(k);
+/// The IP version whose headers a datagram to `addr` carries.
+pub fn ip_version(addr: SocketAddr) -> IpVersion {
+    if addr.is_ipv6() {
+        IpVersion::V6
+    } else {
+        IpVersion::V4
     }
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| anyhow!("key file must hold 32 raw bytes or 64 hex characters"))?;
-    let decoded = hex::decode(text.trim())
-        .map_err(|_| anyhow!("key file must hold 32 raw bytes or 64 hex characters"))?;
-    decoded
-        .try_into()
-        .map_err(|_| anyhow!("key file must hold 32 raw bytes or 64 hex characters"))
 }
 
 /// Merges an optional flag over the file's value.
@@ -377,33 +203,11 @@ impl RecvArgs {
     }
 }
 
-/// Receive buffer for `rate` and a tolerated stall, 4 MiB ..= 1 GiB
-/// (unlimited rate counts as 10 Gbit/s).
-pub fn rcvbuf_for(rate: Rate, stall: Duration) -> usize {
-    let bps = if rate.is_unlimited() {
-        10_000_000_000
-    } else {
-        rate.bps()
-    };
-    let bytes = (bps as f64 / 8.0 * stall.as_secs_f64()) as usize;
-    bytes.clamp(4 << 20, 1 << 30)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rcvbuf_scales_with_rate() {
-        assert_eq!(
-            rcvbuf_for("1gbit".parse().unwrap(), Duration::from_millis(250)),
-            31_250_000
-        );
-        assert_eq!(
-            rcvbuf_for("1mbit".parse().unwrap(), Duration::from_millis(250)),
-            4 << 20
-        );
-    }
+    use crate::args::{Cli, Command, LinkArgs};
+    use clap::Parser;
 
     #[test]
     fn toml_matches_flags() {
@@ -454,17 +258,5 @@ mod tests {
         assert!(!s.once);
         assert_eq!(s.channels, None);
         assert!(recv(&["--channels", "0"]).is_err());
-    }
-
-    #[test]
-    fn key_file_formats() {
-        let dir = std::env::temp_dir().join(format!("diodon-key-{}", std::process::id()));
-        std::fs::write(&dir, [7u8; 32]).unwrap();
-        assert_eq!(read_key(&dir).unwrap(), [7u8; 32]);
-        std::fs::write(&dir, format!("{}\n", "ab".repeat(32))).unwrap();
-        assert_eq!(read_key(&dir).unwrap(), [0xab; 32]);
-        std::fs::write(&dir, "short").unwrap();
-        assert!(read_key(&dir).is_err());
-        let _ = std::fs::remove_file(&dir);
     }
 }

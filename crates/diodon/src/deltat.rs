@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use diodon_apps::report::Exit;
 use diodon_deltat::{Config, CongestionAlgorithm};
 use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_io::relay::{self, Impairment, RelayStats};
@@ -245,11 +246,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Runs `diodon deltat …`; returns the exit code.
-pub fn run(args: &DeltatArgs) -> Result<u8> {
-    match &args.cmd {
+pub fn run(args: &DeltatArgs) -> Result<Exit> {
+    let code = match &args.cmd {
         DeltatCommand::Send(a) => send(a),
         DeltatCommand::Recv(a) => recv(a),
         DeltatCommand::Echo(a) => echo(a),
+    }?;
+    Ok(exit_of(code))
+}
+
+/// The exit status of a Delta-t command's code (0 delivered, 1 failed, 3 IO).
+fn exit_of(code: u8) -> Exit {
+    match code {
+        0 => Exit::Success,
+        1 => Exit::ChannelFailed,
+        2 => Exit::Config,
+        _ => Exit::Io,
     }
 }
 
@@ -550,7 +562,7 @@ fn echo(a: &EchoArgs) -> Result<u8> {
 }
 
 /// Runs `diodon relay …` until SIGINT/SIGTERM (`stop`); prints the counters.
-pub fn run_relay(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<u8> {
+pub fn run_relay(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
     let reverse_loss = a.reverse_loss.unwrap_or(a.loss);
     for (name, v) in [
         ("--loss", a.loss),
@@ -596,7 +608,7 @@ pub fn run_relay(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<u8> {
     eprintln!("diodon: relay forward: {}", stats.forward.summary());
     eprintln!("diodon: relay backward: {}", stats.backward.summary());
     r.context("relay")?;
-    Ok(if stopped { 0 } else { 3 })
+    Ok(if stopped { Exit::Success } else { Exit::Io })
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@
 //!  reset    zero the counters        remove   delete the table
 //! ```
 
-use crate::Fatal;
+use crate::fatal::Fatal;
 use clap::{Args, ValueEnum};
+use diodon_apps::report::Exit;
 use diodon_lab::guard::{self, GuardError, GuardSpec, Role};
 use std::net::{IpAddr, SocketAddr};
 
@@ -70,12 +71,7 @@ pub struct GuardArgs {
 }
 
 fn spec(a: &GuardArgs) -> Result<GuardSpec, Fatal> {
-    let missing = |what: &str| {
-        Fatal(
-            crate::EXIT_CONFIG,
-            anyhow::anyhow!("guard {:?} needs {what}", a.action),
-        )
-    };
+    let missing = |what: &str| Fatal::config(anyhow::anyhow!("guard {:?} needs {what}", a.action));
     let iface = a.iface.as_deref().ok_or_else(|| missing("--if IF"))?;
     let role = match a.role.ok_or_else(|| missing("--role sender|receiver"))? {
         RoleArg::Sender => Role::Sender,
@@ -83,22 +79,22 @@ fn spec(a: &GuardArgs) -> Result<GuardSpec, Fatal> {
     };
     let peer = a.peer.ok_or_else(|| missing("--peer ADDR:PORT"))?;
     GuardSpec::new(a.ns.clone(), iface, role, peer, a.source, &a.table)
-        .map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))
+        .map_err(|e| Fatal::config(e.into()))
 }
 
 fn io(e: GuardError) -> Fatal {
-    Fatal(crate::EXIT_IO, e.into())
+    Fatal::io(e.into())
 }
 
 /// Runs `diodon guard`. Exit: 0 ok; 1 verify found a difference; 2 usage; 3 nft/ip failed.
-pub fn run(a: &GuardArgs) -> Result<u8, Fatal> {
+pub fn run(a: &GuardArgs) -> Result<Exit, Fatal> {
     let ns = a.ns.as_deref();
     match a.action {
         GuardAction::Apply => {
             let s = spec(a)?;
             if a.dry_run {
                 print!("{}", s.ruleset());
-                return Ok(0);
+                return Ok(Exit::Success);
             }
             guard::apply(&s).map_err(io)?;
             guard::verify(&s).map_err(io)?;
@@ -106,7 +102,7 @@ pub fn run(a: &GuardArgs) -> Result<u8, Fatal> {
                 "guard applied: table netdev {} on {} ({}, peer {})",
                 s.table, s.iface, s.role, s.peer
             );
-            Ok(0)
+            Ok(Exit::Success)
         }
         GuardAction::Verify => {
             let s = spec(a)?;
@@ -116,11 +112,11 @@ pub fn run(a: &GuardArgs) -> Result<u8, Fatal> {
                         "guard ok: table netdev {} on {} ({})",
                         s.table, s.iface, s.role
                     );
-                    Ok(0)
+                    Ok(Exit::Success)
                 }
                 Err(e @ GuardError::Mismatch { .. }) => {
                     eprintln!("diodon: guard verify FAILED: {e}");
-                    Ok(crate::EXIT_FAILED)
+                    Ok(Exit::ChannelFailed)
                 }
                 Err(e) => Err(io(e)),
             }
@@ -142,15 +138,15 @@ pub fn run(a: &GuardArgs) -> Result<u8, Fatal> {
                     c.dropped_out.bytes
                 );
             }
-            Ok(0)
+            Ok(Exit::Success)
         }
         GuardAction::Reset => {
             guard::reset(ns, &a.table).map_err(io)?;
-            Ok(0)
+            Ok(Exit::Success)
         }
         GuardAction::Remove => {
             guard::remove(ns, &a.table).map_err(io)?;
-            Ok(0)
+            Ok(Exit::Success)
         }
     }
 }

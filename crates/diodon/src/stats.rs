@@ -7,8 +7,9 @@
 //!  snapshot ─► print (absolute) ─► sleep SECS ─► snapshot ─► print delta ─► ...
 //! ```
 
-use crate::Fatal;
+use crate::fatal::Fatal;
 use clap::Args;
+use diodon_apps::report::Exit;
 use diodon_lab::guard;
 use diodon_lab::stats::{Snapshot, Target};
 use std::sync::atomic::Ordering;
@@ -54,24 +55,23 @@ fn show(s: &Snapshot, kind: &str, json: bool) {
 }
 
 /// Runs `diodon stats`. Exit 0, or 3 when a counter cannot be read.
-pub fn run(a: &StatsArgs) -> Result<u8, Fatal> {
+pub fn run(a: &StatsArgs) -> Result<Exit, Fatal> {
     let t = Target {
         ns: a.ns.clone(),
         iface: a.iface.clone(),
         guard_table: a.table.clone(),
         diodon: a.diodon,
     };
-    let read = || Snapshot::read(&t).map_err(|e| Fatal(crate::EXIT_IO, e.into()));
+    let read = || Snapshot::read(&t).map_err(|e| Fatal::io(e.into()));
     let mut last = read()?;
     show(&last, "snapshot", a.json);
     let Some(secs) = a.watch else {
-        return Ok(0);
+        return Ok(Exit::Success);
     };
     if !(secs.is_finite() && secs > 0.0) {
-        return Err(Fatal(
-            crate::EXIT_CONFIG,
-            anyhow::anyhow!("--watch needs a positive number of seconds"),
-        ));
+        return Err(Fatal::config(anyhow::anyhow!(
+            "--watch needs a positive number of seconds"
+        )));
     }
     let stop = crate::stop_flag();
     let mut n = 0;
@@ -82,5 +82,5 @@ pub fn run(a: &StatsArgs) -> Result<u8, Fatal> {
         last = now;
         n += 1;
     }
-    Ok(0)
+    Ok(Exit::Success)
 }

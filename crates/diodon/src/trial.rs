@@ -6,8 +6,9 @@
 //!       ─► diodon_lab::report::write_all ─► CSV, testresults.txt, summary.txt, PNG
 //! ```
 
-use crate::Fatal;
+use crate::fatal::Fatal;
 use clap::Args;
+use diodon_apps::report::Exit;
 use diodon_lab::plan::Plan;
 use diodon_lab::report;
 use diodon_lab::resume::{self, Journal, TrialKey};
@@ -86,8 +87,8 @@ fn stop_on_signal() -> Arc<AtomicBool> {
 /// Runs `diodon trial`. Exit: 0 all trials ran (whatever their outcome);
 /// 2 bad plan; 3 the harness itself failed; 130 interrupted (the trials that
 /// completed are written all the same).
-pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
-    let plan = Plan::load(&a.plan).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
+    let plan = Plan::load(&a.plan).map_err(|e| Fatal::config(e.into()))?;
     let stem = a
         .plan
         .file_stem()
@@ -102,14 +103,14 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
     let prior = earlier_rows(a, &plan, &out)?;
     // The plan goes in first: a killed run's journal is resumable only
     // next to the plan it was measured with.
-    std::fs::create_dir_all(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    std::fs::create_dir_all(&out).map_err(|e| Fatal::io(e.into()))?;
     let copy = out.join("plan.toml");
     // Never copy the plan onto itself (that would truncate it).
     if std::fs::canonicalize(&a.plan).ok() != std::fs::canonicalize(&copy).ok() {
-        std::fs::copy(&a.plan, &copy).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+        std::fs::copy(&a.plan, &copy).map_err(|e| Fatal::io(e.into()))?;
     }
     let opts = RunOptions {
-        diodon_bin: std::env::current_exe().map_err(|e| Fatal(crate::EXIT_IO, e.into()))?,
+        diodon_bin: std::env::current_exe().map_err(|e| Fatal::io(e.into()))?,
         testbed_script: find_testbed(a.testbed.as_deref()),
         out_dir: out.clone(),
         testbed_name: a
@@ -130,8 +131,8 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
             rows.sort_by_key(|r| r.trial);
             rows
         }
-        Err(e @ TrialError::Plan(_)) => return Err(Fatal(crate::EXIT_CONFIG, e.into())),
-        Err(e) => return Err(Fatal(crate::EXIT_IO, e.into())),
+        Err(e @ TrialError::Plan(_)) => return Err(Fatal::config(e.into())),
+        Err(e) => return Err(Fatal::io(e.into())),
     };
     let interrupted = opts.stop.load(Ordering::Relaxed);
     if interrupted {
@@ -140,20 +141,24 @@ pub fn run(a: &TrialArgs) -> Result<u8, Fatal> {
             rows.len()
         );
         if rows.is_empty() {
-            Journal::remove(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
-            return Ok(130);
+            Journal::remove(&out).map_err(|e| Fatal::io(e.into()))?;
+            return Ok(Exit::Interrupted);
         }
     }
     write_reports(&out, &rows)?;
     // Every row is in trials.csv now.
-    Journal::remove(&out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    Journal::remove(&out).map_err(|e| Fatal::io(e.into()))?;
     eprintln!("diodon: results in {}", out.display());
-    Ok(if interrupted { 130 } else { 0 })
+    Ok(if interrupted {
+        Exit::Interrupted
+    } else {
+        Exit::Success
+    })
 }
 
 /// Writes every report of `rows` into `out` and prints the summary.
 fn write_reports(out: &Path, rows: &[Row]) -> Result<(), Fatal> {
-    report::write_all(out, rows).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    report::write_all(out, rows).map_err(|e| Fatal::io(e.into()))?;
     print!("{}", report::summary(&report::cells(rows)));
     Ok(())
 }
@@ -164,9 +169,7 @@ fn write_reports(out: &Path, rows: &[Row]) -> Result<(), Fatal> {
 fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fatal> {
     if !a.resume {
         if resume::has_results(out) {
-            return Err(Fatal(
-                crate::EXIT_CONFIG,
-                anyhow::anyhow!(
+            return Err(Fatal::config(anyhow::anyhow!(
                     "{} already holds trial results; --resume adds trials to them, or choose another --out",
                     out.display()
                 ),
@@ -176,29 +179,22 @@ fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fata
     }
     let earlier = out.join("plan.toml");
     if earlier.is_file() {
-        let earlier = Plan::load(&earlier).map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
-        resume::same_measurement(&earlier, plan)
-            .map_err(|e| Fatal(crate::EXIT_CONFIG, e.into()))?;
+        let earlier = Plan::load(&earlier).map_err(|e| Fatal::config(e.into()))?;
+        resume::same_measurement(&earlier, plan).map_err(|e| Fatal::config(e.into()))?;
     } else if resume::has_results(out) {
-        return Err(Fatal(
-            crate::EXIT_CONFIG,
-            anyhow::anyhow!(
-                "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
-                out.display()
-            )
-        ));
+        return Err(Fatal::config(anyhow::anyhow!(
+            "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
+            out.display()
+        )));
     }
-    let rows = resume::prior_rows(out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+    let rows = resume::prior_rows(out).map_err(|e| Fatal::io(e.into()))?;
     if let Some(r) = rows.iter().find(|r| r.in_file_size != plan.file.size) {
-        return Err(Fatal(
-            crate::EXIT_CONFIG,
-            anyhow::anyhow!(
-                "{} holds trials of a {}-byte file, the plan sends {} bytes",
-                out.display(),
-                r.in_file_size,
-                plan.file.size
-            ),
-        ));
+        return Err(Fatal::config(anyhow::anyhow!(
+            "{} holds trials of a {}-byte file, the plan sends {} bytes",
+            out.display(),
+            r.in_file_size,
+            plan.file.size
+        )));
     }
     eprintln!(
         "diodon: resuming {}: {} trials already done",
@@ -210,13 +206,13 @@ fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fata
 
 /// `--report-only`: the reports of the trials in `out`, none run. The
 /// journal is left alone (a run may still be appending to it).
-fn report_only(out: &Path) -> Result<u8, Fatal> {
-    let rows = resume::prior_rows(out).map_err(|e| Fatal(crate::EXIT_IO, e.into()))?;
+fn report_only(out: &Path) -> Result<Exit, Fatal> {
+    let rows = resume::prior_rows(out).map_err(|e| Fatal::io(e.into()))?;
     if rows.is_empty() {
-        return Err(Fatal(
-            crate::EXIT_CONFIG,
-            anyhow::anyhow!("{} holds no trial results to report", out.display()),
-        ));
+        return Err(Fatal::config(anyhow::anyhow!(
+            "{} holds no trial results to report",
+            out.display()
+        )));
     }
     write_reports(out, &rows)?;
     eprintln!(
@@ -224,5 +220,5 @@ fn report_only(out: &Path) -> Result<u8, Fatal> {
         rows.len(),
         out.display()
     );
-    Ok(0)
+    Ok(Exit::Success)
 }

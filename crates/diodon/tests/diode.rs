@@ -284,11 +284,11 @@ fn lossy_link_file_is_identical_and_repaired() {
     let s = summary(&rx);
     assert_eq!(sha256(&src), sha256(&out.join("big.bin")));
     assert!(
-        s["missing"].as_u64().unwrap() > 0,
+        s["core"]["missing"].as_u64().unwrap() > 0,
         "1 % loss must show as missing: {s}"
     );
     assert!(
-        s["recovered"].as_u64().unwrap() > 0,
+        s["core"]["recovered_symbols"].as_u64().unwrap() > 0,
         "FEC must have repaired: {s}"
     );
     assert_eq!(s["channels_complete"], 1);
@@ -444,7 +444,7 @@ fn datagram_forged_with_a_wrong_key_is_counted_as_bad_check() {
     assert_eq!(tx.status.code(), Some(0));
     assert_eq!(rx.status.code(), Some(0));
     let s = summary(&rx);
-    assert_eq!(s["bad_check"], 5, "{s}");
+    assert_eq!(s["core"]["bad_check"], 5, "{s}");
     assert_eq!(s["channels_complete"], 1);
     assert_eq!(sha256(&src), sha256(&out.join("doc.txt")));
     tb.assert_one_way();
@@ -565,7 +565,7 @@ fn udp_flows_arrive_complete_in_order_with_boundaries() {
     assert_eq!(rx.status.code(), Some(0));
     let r = summary(&rx);
     assert_eq!(r["channels_complete"], u64::from(FLOWS), "{r}");
-    assert_eq!(r["udp_forwarded"], total, "{r}");
+    assert_eq!(r["udp_forward"]["datagrams"], total, "{r}");
     let t = summary(&tx);
     assert_eq!(t["udp_source"]["datagrams"], total, "{t}");
     assert_eq!(t["udp_source"]["flows"], u64::from(FLOWS), "{t}");
@@ -787,11 +787,11 @@ fn unpaced_jumbo_file_is_identical_and_drops_match_the_kernel() {
     eprintln!(
         "goodput {} Mbit/s, socket drops {}, RcvbufErrors delta {}",
         s["goodput_mbps"],
-        s["socket_drops"],
+        s["socket"]["drops"],
         after - before
     );
     assert_eq!(
-        s["socket_drops"].as_u64().unwrap(),
+        s["socket"]["drops"].as_u64().unwrap(),
         after - before,
         "the summary's socket drops must equal the kernel's RcvbufErrors delta: {s}"
     );

@@ -967,7 +967,7 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
         std::thread::sleep(Duration::from_millis(400));
     });
     eprintln!("sender {sent}\ndelta {delta}");
-    let n = sent["datagrams_sent"].as_u64().unwrap();
+    let n = sent["core"]["datagrams_sent"].as_u64().unwrap();
     assert!(n > 2000, "{sent}");
     assert_eq!(counter(&delta, "receiver_socket_datagrams"), n);
     assert_eq!(counter(&delta, "receiver_accepted"), n);
@@ -976,7 +976,7 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
     assert_eq!(counter(&delta, "receiver_blocks_lost"), 0);
     assert_eq!(counter(&delta, "receiver_channels_complete"), 1);
     assert_eq!(counter(&delta, "receiver_channels_failed"), 0);
-    assert_eq!(counter(&delta, "receiver_bytes_delivered"), 3_000_000);
+    assert_eq!(counter(&delta, "receiver_delivered_bytes"), 3_000_000);
     assert_eq!(counter(&delta, "receiver_sessions"), 1);
 
     // A second transfer moves the absolute counters on; the text view names them.

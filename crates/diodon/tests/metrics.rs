@@ -31,7 +31,7 @@ fn free_udp() -> String {
 fn scrape(addr: &str) -> HashMap<String, u64> {
     let mut c = TcpStream::connect(addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut text = String::new();
     c.read_to_string(&mut text).unwrap();
@@ -106,11 +106,11 @@ fn metrics_are_served_and_move_during_a_transfer() {
 
     for name in [
         "diodon_sender_datagrams_sent_total",
-        "diodon_sender_bytes_accepted_total",
+        "diodon_sender_accepted_bytes_total",
         "diodon_sender_socket_enobufs_retries_total",
-        "diodon_kernel_udp_out_datagrams_total",
-        "diodon_kernel_udp_sndbuf_errors_total",
-        "diodon_link_tx_dropped_total{interface=\"lo\"}",
+        "kernel_udp_out_datagrams_total",
+        "kernel_udp_sndbuf_errors_total",
+        "kernel_link_tx_dropped_total{interface=\"lo\"}",
         "diodon_interface_in_use{interface=\"lo\"}",
     ] {
         assert!(t2.contains_key(name), "sender lacks {name}");
@@ -119,14 +119,14 @@ fn metrics_are_served_and_move_during_a_transfer() {
         "diodon_receiver_datagrams_total",
         "diodon_receiver_missing_total",
         "diodon_receiver_socket_drops_total",
-        "diodon_kernel_udp_in_datagrams_total",
-        "diodon_kernel_udp_in_errors_total",
-        "diodon_kernel_udp_rcvbuf_errors_total",
-        "diodon_kernel_udp_sndbuf_errors_total",
-        "diodon_kernel_udp_in_csum_errors_total",
-        "diodon_link_rx_dropped_total{interface=\"lo\"}",
-        "diodon_link_rx_errors_total{interface=\"lo\"}",
-        "diodon_link_tx_errors_total{interface=\"lo\"}",
+        "kernel_udp_in_datagrams_total",
+        "kernel_udp_in_errors_total",
+        "kernel_udp_rcvbuf_errors_total",
+        "kernel_udp_sndbuf_errors_total",
+        "kernel_udp_in_csum_errors_total",
+        "kernel_link_rx_dropped_total{interface=\"lo\"}",
+        "kernel_link_rx_errors_total{interface=\"lo\"}",
+        "kernel_link_tx_errors_total{interface=\"lo\"}",
     ] {
         assert!(r2.contains_key(name), "receiver lacks {name}");
     }
@@ -134,10 +134,10 @@ fn metrics_are_served_and_move_during_a_transfer() {
         assert!(b[k] > a[k], "{k} did not move: {} -> {}", a[k], b[k]);
     };
     moved(&t1, &t2, "diodon_sender_datagrams_sent_total");
-    moved(&t1, &t2, "diodon_sender_bytes_accepted_total");
-    moved(&t1, &t2, "diodon_kernel_udp_out_datagrams_total");
+    moved(&t1, &t2, "diodon_sender_accepted_bytes_total");
+    moved(&t1, &t2, "kernel_udp_out_datagrams_total");
     moved(&r0, &r2, "diodon_receiver_datagrams_total");
     moved(&r0, &r2, "diodon_receiver_socket_datagrams_total");
-    moved(&r0, &r2, "diodon_kernel_udp_in_datagrams_total");
-    moved(&r0, &r2, "diodon_link_rx_packets_total{interface=\"lo\"}");
+    moved(&r0, &r2, "kernel_udp_in_datagrams_total");
+    moved(&r0, &r2, "kernel_link_rx_packets_total{interface=\"lo\"}");
 }

@@ -90,7 +90,7 @@ fn a_source_faster_than_the_link_loses_only_what_is_counted() {
         SENT,
         "every datagram is read or counted as dropped: {t}"
     );
-    assert_eq!(r["udp_forwarded"].as_u64().unwrap(), read, "{r}");
+    assert_eq!(r["udp_forward"]["datagrams"].as_u64().unwrap(), read, "{r}");
     assert_eq!(got, read, "everything read was delivered");
     assert_eq!(
         r["channels_complete"], 1,

@@ -1,0 +1,424 @@
+//! The verdict of a run as typed values: what `diodon send` and `diodon recv`
+//! print (human text on stderr, `--json` on stdout), what the trial harness
+//! reads back (`serde` both ways), and the exit code each outcome maps to.
+//!
+//! ```text
+//!  SendReport / RecvReport ─┐
+//!  kernel UDP MIB delta ────┼─► SendSummary / RecvSummary ─► text() | JSON | exit()
+//!  process CPU seconds ─────┘        core, socket, kernel: counter snapshots
+//! ```
+//!
+//! The counters are not listed here: `core`, `socket` and `kernel` are
+//! [`Snapshot`]s of the declared counter sets ([`diodon_counters`]), so a
+//! counter added to a core appears in the JSON without a change here.
+
+use crate::recv::{ChannelOutcome, RecvReport, Verdict};
+use crate::send::{SendReport, SentChannel};
+use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
+use crate::PipelineError;
+use diodon_counters::{CounterSet, Snapshot};
+use diodon_io::UdpSnmp;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The process exit status a run maps to (documented in the README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// 0: every channel verified.
+    Success,
+    /// 1: a channel failed or was refused, or nothing arrived with `--once`.
+    ChannelFailed,
+    /// 2: usage or configuration error.
+    Config,
+    /// 3: IO error (socket, output directory, a thread).
+    Io,
+    /// 130: stopped by a signal before the end (the shell's 128 + SIGINT).
+    Interrupted,
+}
+
+impl Exit {
+    /// The numeric exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::ChannelFailed => 1,
+            Exit::Config => 2,
+            Exit::Io => 3,
+            Exit::Interrupted => 130,
+        }
+    }
+}
+
+impl PipelineError {
+    /// The exit status this error ends the process with.
+    pub fn exit(&self) -> Exit {
+        match self {
+            PipelineError::Config(_) => Exit::Config,
+            _ => Exit::Io,
+        }
+    }
+}
+
+/// The kernel's UDP counters over a run: `after − before` (empty when either
+/// read failed, e.g. no `/proc`).
+pub fn kernel_delta(before: Option<UdpSnmp>, after: Option<UdpSnmp>) -> Snapshot {
+    match (before, after) {
+        (Some(b), Some(a)) => a.delta(&b).snapshot(),
+        _ => Snapshot::default(),
+    }
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 * 8.0 / s / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// The sender's summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SendSummary {
+    /// Always `send`.
+    pub side: String,
+    /// Session id, hex.
+    pub session: String,
+    /// Channel bytes accepted.
+    pub bytes: u64,
+    /// First to last datagram of channel data.
+    pub duration_s: f64,
+    /// `bytes` over `duration_s`.
+    pub goodput_mbps: f64,
+    /// CPU seconds (user + system) of the whole process.
+    pub cpu_s: f64,
+    /// Whether GSO was used.
+    pub gso: bool,
+    /// Channels that went out complete.
+    pub channels_sent: usize,
+    /// Channels aborted or refused.
+    pub channels_failed: usize,
+    /// Sources (files, connections) that failed before the core.
+    pub source_errors: usize,
+    /// Socket setup warnings.
+    pub warnings: Vec<String>,
+    /// Every channel, in the order it ended.
+    pub channels: Vec<SentChannel>,
+    /// The core's counters (`SenderStats`).
+    pub core: Snapshot,
+    /// The socket's counters (`SenderCounters`: ENOBUFS/EAGAIN waits, GSO calls).
+    pub socket: Snapshot,
+    /// The kernel's UDP MIB over the run (`UdpSnmp`).
+    pub kernel: Snapshot,
+    /// With `--udp-listen`: what the UDP-flow source read and what the
+    /// kernel dropped on its socket (the source outran the link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_source: Option<UdpSourceCounters>,
+}
+
+impl SendSummary {
+    /// From the report.
+    pub fn new(r: &SendReport, kernel: Snapshot, cpu_s: f64, source_errors: usize) -> Self {
+        SendSummary {
+            side: "send".into(),
+            session: r.session.to_string(),
+            bytes: r.stats.bytes_accepted,
+            duration_s: r.duration.as_secs_f64(),
+            goodput_mbps: mbps(r.stats.bytes_accepted, r.duration),
+            cpu_s,
+            gso: r.gso,
+            channels_sent: r.channels.len() - r.failed(),
+            channels_failed: r.failed(),
+            source_errors,
+            warnings: r.warnings.iter().map(ToString::to_string).collect(),
+            channels: r.channels.clone(),
+            core: r.stats.snapshot(),
+            socket: r.io.snapshot(),
+            kernel,
+            udp_source: None,
+        }
+    }
+
+    /// How the process should exit.
+    pub fn exit(&self) -> Exit {
+        if self.channels_failed + self.source_errors > 0 {
+            Exit::ChannelFailed
+        } else {
+            Exit::Success
+        }
+    }
+
+    /// Human text.
+    pub fn text(&self) -> String {
+        let (c, io, k) = (&self.core, &self.socket, &self.kernel);
+        let mut s = String::new();
+        let _ = writeln!(s, "diodon send: session {}", self.session);
+        if let Some(u) = &self.udp_source {
+            let _ = writeln!(
+                s,
+                "  UDP flows {}: {} datagrams, {} bytes read; {} dropped by the kernel (source faster than the link)",
+                u.flows, u.datagrams, u.bytes, u.socket_drops
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {} bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
+            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+        );
+        let _ = writeln!(
+            s,
+            "  datagrams sent {} (data {}, repair {}, beacons {}), {} wire bytes, GSO {}",
+            c.get("datagrams_sent"),
+            c.get("data_symbols"),
+            c.get("repair_symbols"),
+            c.get("beacons"),
+            c.get("wire_bytes"),
+            self.gso
+        );
+        let _ = writeln!(
+            s,
+            "  local queue waits: ENOBUFS {} EAGAIN {}; kernel: OutDatagrams {} SndbufErrors {}",
+            io.get("enobufs_retries"),
+            io.get("eagain_retries"),
+            k.get("out_datagrams"),
+            k.get("sndbuf_errors")
+        );
+        let _ = writeln!(
+            s,
+            "  channels sent {}, failed {}",
+            self.channels_sent,
+            self.channels_failed + self.source_errors
+        );
+        for ch in &self.channels {
+            let _ = writeln!(
+                s,
+                "    {} {} {} blake3 {}",
+                ch.status, ch.name, ch.bytes, ch.digest
+            );
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+        s
+    }
+}
+
+/// The receiver's summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecvSummary {
+    /// Always `recv`.
+    pub side: String,
+    /// Sender sessions seen, hex.
+    pub sessions: Vec<String>,
+    /// Verified bytes.
+    pub bytes: u64,
+    /// First to last datagram.
+    pub duration_s: f64,
+    /// `bytes` over `duration_s`.
+    pub goodput_mbps: f64,
+    /// CPU seconds (user + system) of the whole process.
+    pub cpu_s: f64,
+    /// Datagrams rejected by validation (length, version, integrity, body).
+    pub invalid: u64,
+    /// Channels verified.
+    pub channels_complete: usize,
+    /// Channels failed.
+    pub channels_failed: usize,
+    /// Times the decoder queue was full (the net thread waited).
+    pub queue_full_waits: u64,
+    /// The socket's receive buffer in bytes, as the kernel granted it.
+    pub rcvbuf: usize,
+    /// Configuration mismatches the beacons revealed.
+    pub mismatches: Vec<String>,
+    /// Socket setup warnings.
+    pub warnings: Vec<String>,
+    /// Every channel's verdict.
+    pub channels: Vec<ChannelOutcome>,
+    /// The core's counters (`ReceiverStats`).
+    pub core: Snapshot,
+    /// The receiving socket's counters (`RecvSocketCounters`: datagrams, drops).
+    pub socket: Snapshot,
+    /// The kernel's UDP MIB over the run (`UdpSnmp`).
+    pub kernel: Snapshot,
+    /// With `--udp-forward`: what was sent to the destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_forward: Option<UdpForwardCounters>,
+}
+
+impl RecvSummary {
+    /// From the report.
+    pub fn new(r: &RecvReport, kernel: Snapshot, cpu_s: f64) -> Self {
+        let verified_bytes = r
+            .channels
+            .iter()
+            .filter(|c| matches!(c.verdict, Verdict::Verified { .. }))
+            .map(|c| c.bytes)
+            .sum();
+        let socket = crate::recv::RecvSocketCounters {
+            datagrams: r.socket_datagrams,
+            drops: r.socket_drops,
+        };
+        RecvSummary {
+            side: "recv".into(),
+            sessions: r.sessions.clone(),
+            bytes: verified_bytes,
+            duration_s: r.duration.as_secs_f64(),
+            goodput_mbps: mbps(verified_bytes, r.duration),
+            cpu_s,
+            invalid: r.stats.invalid(),
+            channels_complete: r.channels.len() - r.failed(),
+            channels_failed: r.failed(),
+            queue_full_waits: r.queue_full,
+            rcvbuf: r.rcvbuf,
+            mismatches: r.mismatches.clone(),
+            warnings: r.warnings.iter().map(ToString::to_string).collect(),
+            channels: r.channels.clone(),
+            core: r.stats.snapshot(),
+            socket: socket.snapshot(),
+            kernel,
+            udp_forward: None,
+        }
+    }
+
+    /// How the process should exit. With `once`, a run that saw no channel
+    /// at all delivered nothing and fails.
+    pub fn exit(&self, once: bool) -> Exit {
+        if self.channels_failed > 0 || (self.channels.is_empty() && once) {
+            Exit::ChannelFailed
+        } else {
+            Exit::Success
+        }
+    }
+
+    /// Human text.
+    pub fn text(&self) -> String {
+        let (c, io, k) = (&self.core, &self.socket, &self.kernel);
+        let mut s = String::new();
+        let _ = writeln!(s, "diodon recv: sessions {}", self.sessions.join(", "));
+        if let Some(u) = &self.udp_forward {
+            let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
+        }
+        let _ = writeln!(
+            s,
+            "  {} verified bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
+            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+        );
+        let _ = writeln!(
+            s,
+            "  datagrams received {} accepted {} missing {} recovered {} (blocks recovered {}, lost {})",
+            io.get("datagrams"),
+            c.get("accepted"),
+            c.get("missing"),
+            c.get("recovered_symbols"),
+            c.get("blocks_recovered"),
+            c.get("blocks_lost")
+        );
+        let _ = writeln!(
+            s,
+            "  rejected: bad check {} invalid {} stale session {} duplicates {} late {} expired {}",
+            c.get("bad_check"),
+            self.invalid,
+            c.get("stale_session"),
+            c.get("duplicates"),
+            c.get("late"),
+            c.get("expired")
+        );
+        let _ = writeln!(
+            s,
+            "  socket drops {} (rcvbuf {} bytes), decoder-queue waits {}; kernel: InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            io.get("drops"),
+            self.rcvbuf,
+            self.queue_full_waits,
+            k.get("in_datagrams"),
+            k.get("rcvbuf_errors"),
+            k.get("in_errors"),
+            k.get("in_csum_errors")
+        );
+        let _ = writeln!(
+            s,
+            "  channels complete {}, failed {}",
+            self.channels_complete, self.channels_failed
+        );
+        for ch in &self.channels {
+            match &ch.verdict {
+                Verdict::Verified { blake3 } => {
+                    let _ = writeln!(
+                        s,
+                        "    verified {} {} bytes blake3 {} -> {}",
+                        ch.name.escape_debug(),
+                        ch.bytes,
+                        blake3,
+                        ch.location
+                    );
+                }
+                Verdict::Failed { reason } => {
+                    let _ = writeln!(
+                        s,
+                        "    FAILED {} ({}) -> {}",
+                        ch.name.escape_debug(),
+                        reason,
+                        ch.location
+                    );
+                }
+            }
+        }
+        for m in &self.mismatches {
+            let _ = writeln!(s, "  configuration mismatch: {m}");
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_the_documented_ones() {
+        assert_eq!(
+            [
+                Exit::Success,
+                Exit::ChannelFailed,
+                Exit::Config,
+                Exit::Io,
+                Exit::Interrupted
+            ]
+            .map(Exit::code),
+            [0, 1, 2, 3, 130]
+        );
+    }
+
+    #[test]
+    fn a_summary_reads_back_as_written() {
+        let r = RecvReport {
+            stats: diodon_proto::ReceiverStats {
+                missing: 7,
+                recovered_symbols: 5,
+                ..Default::default()
+            },
+            socket_datagrams: 100,
+            socket_drops: 2,
+            queue_full: 0,
+            rcvbuf: 1 << 20,
+            warnings: Vec::new(),
+            channels: Vec::new(),
+            duration: Duration::from_secs(1),
+            sessions: vec!["ab".into()],
+            mismatches: Vec::new(),
+        };
+        let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
+        let json = serde_json::to_string(&s).expect("serialises");
+        let back: RecvSummary = serde_json::from_str(&json).expect("reads back");
+        assert_eq!(back.core.get("missing"), 7);
+        assert_eq!(back.core.get("recovered_symbols"), 5);
+        assert_eq!(back.socket.get("drops"), 2);
+        assert_eq!(back.exit(true), Exit::ChannelFailed, "nothing arrived");
+        assert_eq!(back.exit(false), Exit::Success);
+        assert!(back.text().contains("missing 7 recovered 5"));
+    }
+}

@@ -1,0 +1,125 @@
+//! `diodon send`: flags and the TOML file become a [`SendJob`]; the library
+//! runs it; the summary is printed and mapped to the exit code.
+//!
+//! ```text
+//!  SendArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, SendInput ─► gateway::run_send
+//!                                   ─► SendSummary ─► stderr text, --json stdout, exit code
+//! ```
+
+use crate::args::SendArgs;
+use crate::config::{ip_version, pick, FileConfig, Link};
+use crate::fatal::Fatal;
+use crate::{progress, stop_flag};
+use anyhow::{anyhow, Context};
+use diodon_apps::files::collect;
+use diodon_apps::gateway::{run_send, MetricsOptions, SendInput, SendJob};
+use diodon_apps::link::udp_source_options;
+use diodon_apps::report::Exit;
+use diodon_apps::SendOptions;
+use diodon_io::UdpConfig;
+use diodon_proto::SenderConfig;
+use std::io::IsTerminal;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Runs `diodon send`.
+pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
+    let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
+    let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
+    let (to, bind, tcp_listen, linger, no_gso) = args.resolve(&file);
+    let to = to.context("--to ADDR is required").map_err(Fatal::config)?;
+    let udp_listen = pick(args.udp_listen.as_ref(), file.udp_listen.as_ref());
+    let stdin = args.paths.iter().any(|p| p.as_os_str() == "-");
+    if args.paths.is_empty() && tcp_listen.is_none() && udp_listen.is_none() {
+        return Err(Fatal::config(anyhow!(
+            "nothing to send: give paths, `-` for stdin, --tcp-listen ADDR or --udp-listen ADDR"
+        )));
+    }
+    if stdin && args.paths.len() > 1 {
+        return Err(Fatal::config(anyhow!(
+            "`-` (stdin) cannot be combined with other paths"
+        )));
+    }
+    let config = SenderConfig {
+        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
+        block_symbols: link.block,
+        repair: link.repair,
+        interleave_depth: link.interleave,
+        rate: link.rate,
+        per_datagram_overhead: ip_version(to).overhead(),
+        integrity: link.integrity.clone(),
+        delta_t: link.delta_t,
+        beacon_interval: link.beacon,
+        ..SenderConfig::default()
+    };
+    config.validate().map_err(|e| Fatal::config(e.into()))?;
+    let mut udp = UdpConfig::new(bind.unwrap_or_else(|| any_addr(to)));
+    udp.device.clone_from(&link.device);
+    udp.sndbuf = Some(4 << 20);
+    udp.gso = !no_gso;
+    let input = if let Some(a) = udp_listen {
+        let idle = args.udp_idle.or(file.udp_idle).unwrap_or(5000);
+        SendInput::Udp(udp_source_options(
+            a,
+            link.rate,
+            Duration::from_millis(idle),
+        ))
+    } else if let Some(a) = tcp_listen {
+        let l = std::net::TcpListener::bind(a)
+            .with_context(|| format!("listening on {a}"))
+            .map_err(Fatal::io)?;
+        SendInput::Tcp(l)
+    } else if stdin {
+        SendInput::Stdin
+    } else {
+        let files = collect(&args.paths).map_err(|e| Fatal::io(e.into()))?;
+        if files.is_empty() {
+            return Err(Fatal::io(anyhow!(
+                "no regular files found in the given paths"
+            )));
+        }
+        SendInput::Files(files)
+    };
+    let job = SendJob {
+        opts: SendOptions {
+            config,
+            dest: to,
+            udp,
+            queue_chunks: 32,
+            linger,
+        },
+        input,
+        metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+            addr,
+            peer: to.ip(),
+            device: link.device.clone(),
+        }),
+        stop: stop_flag(),
+    };
+    let show_bar = std::io::stderr().is_terminal() && !link.json;
+    let summary = run_send(job, |p| {
+        if show_bar {
+            // The first call knows the total of the files (0: a spinner).
+            let bar = progress::bar(p.total_hint.load(Ordering::Relaxed));
+            bar.set_position(p.bytes.load(Ordering::Relaxed));
+            bar.set_message(format!("{} datagrams", p.datagrams.load(Ordering::Relaxed)));
+        }
+    })
+    .map_err(Fatal::gateway)?;
+    progress::clear();
+    eprint!("{}", summary.text());
+    if link.json {
+        println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    }
+    Ok(summary.exit())
+}
+
+/// The unspecified address of `like`'s family.
+fn any_addr(like: SocketAddr) -> SocketAddr {
+    if like.is_ipv6() {
+        SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+    }
+}
