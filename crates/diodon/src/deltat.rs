@@ -1,5 +1,5 @@
 //! `diodon deltat …` (Delta-t file transfer and the thesis's echo
-//! client/server) and `diodon relay …` (the impairment relay).
+//! client/server).
 //!
 //! ```text
 //!  deltat send FILE --to ADDR ──▶ "DTF1" | len u64 | data | BLAKE3(32) ──▶ deltat recv --listen ADDR --out FILE
@@ -10,18 +10,11 @@
 //! compares transports with identical application code. The sender's time
 //! runs from the first byte written to the verdict read (end-to-end, verified).
 //! Each side prints one JSON summary line on stdout.
-//!
-//! ```text
-//!  relay --listen A --to B          UDP: client ─▶ A ─[delay/loss/reorder]─▶ B, replies back
-//!  relay --tun NAME --ns-a X --ns-b Y   IP: TUN NAME in namespace X ◀──▶ TUN NAME in namespace Y
-//! ```
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -29,7 +22,6 @@ use clap::{Args, Subcommand, ValueEnum};
 use diodon_apps::report::Exit;
 use diodon_deltat::{Config, CongestionAlgorithm};
 use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
-use diodon_io::relay::{self, Impairment, RelayStats};
 use diodon_io::MonotonicClock;
 
 const MAGIC: &[u8; 4] = b"DTF1";
@@ -187,62 +179,6 @@ pub struct EchoArgs {
     /// Transport options.
     #[command(flatten)]
     pub t: TransportArgs,
-}
-
-/// `diodon relay`: impairment relay (delay, random loss, reordering; seeded).
-#[derive(Debug, Args)]
-pub struct RelayArgs {
-    /// UDP mode: listen here (the client's side).
-    #[arg(long, requires = "to", conflicts_with = "tun")]
-    pub listen: Option<SocketAddr>,
-    /// UDP mode: forward to this server; replies go back to the client.
-    #[arg(long)]
-    pub to: Option<SocketAddr>,
-    /// TUN mode: name of the TUN device created in each namespace (IP-level relay).
-    #[arg(long, requires_all = ["ns_a", "ns_b"])]
-    pub tun: Option<String>,
-    /// TUN mode: first network namespace.
-    #[arg(long)]
-    pub ns_a: Option<String>,
-    /// TUN mode: second network namespace.
-    #[arg(long)]
-    pub ns_b: Option<String>,
-    /// One-way delay per direction (`50ms`, `0.2s`, `0`): RTT = 2 × delay.
-    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
-    pub delay: Duration,
-    /// Random loss, percent, forward direction (client → server, ns-a → ns-b).
-    #[arg(long, default_value_t = 0.0)]
-    pub loss: f64,
-    /// Random loss, percent, backward direction. Default: same as `--loss`.
-    #[arg(long)]
-    pub reverse_loss: Option<f64>,
-    /// Percent of packets held back by `--reorder-gap` (overtaken by later ones).
-    #[arg(long, default_value_t = 0.0)]
-    pub reorder: f64,
-    /// Extra hold of a reordered packet.
-    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
-    pub reorder_gap: Duration,
-    /// Seed of the random draws (backward direction uses seed + 1).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-}
-
-/// `50ms`, `2s`, `1.5s`, `250us`, `0`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num.parse().map_err(|_| format!("bad duration '{s}'"))?;
-    let secs = match unit {
-        "" if v == 0.0 => 0.0,
-        "s" => v,
-        "ms" => v / 1e3,
-        "us" => v / 1e6,
-        _ => return Err(format!("bad duration '{s}': use s, ms or us")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("bad duration '{s}': {e}"))
 }
 
 /// Runs `diodon deltat …`; returns the exit code.
@@ -559,69 +495,4 @@ fn echo(a: &EchoArgs) -> Result<u8> {
         rtts.last().copied().unwrap_or(0.0)
     );
     Ok(0)
-}
-
-/// Runs `diodon relay …` until SIGINT/SIGTERM (`stop`); prints the counters.
-pub fn run_relay(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
-    let reverse_loss = a.reverse_loss.unwrap_or(a.loss);
-    for (name, v) in [
-        ("--loss", a.loss),
-        ("--reverse-loss", reverse_loss),
-        ("--reorder", a.reorder),
-    ] {
-        if !(0.0..=100.0).contains(&v) {
-            bail!("{name} {v}: expected a percentage 0..100");
-        }
-    }
-    let imp = Impairment {
-        delay: a.delay,
-        loss: a.loss / 100.0,
-        reorder: a.reorder / 100.0,
-        reorder_gap: a.reorder_gap,
-        seed: a.seed,
-    };
-    let imp = (
-        imp,
-        Impairment {
-            loss: reverse_loss / 100.0,
-            seed: a.seed.wrapping_add(1),
-            ..imp
-        },
-    );
-    let stats = Arc::new(RelayStats::default());
-    let r = if let (Some(listen), Some(to)) = (a.listen, a.to) {
-        eprintln!("diodon: relay {listen} -> {to}: {imp:?}");
-        relay::run_udp(listen, to, imp, &stats, stop)
-    } else if let Some(tun) = &a.tun {
-        let (ta, tb) = relay::open_tun_pair(tun, a.ns_a.as_deref(), a.ns_b.as_deref())
-            .with_context(|| format!("open TUN {tun}"))?;
-        eprintln!(
-            "diodon: relay tun {tun} {} <-> {}: {imp:?}",
-            a.ns_a.as_deref().unwrap_or("-"),
-            a.ns_b.as_deref().unwrap_or("-")
-        );
-        relay::run_tun_pair(ta, tb, imp, &stats, stop)
-    } else {
-        bail!("give --listen ADDR --to ADDR (UDP) or --tun NAME --ns-a NS --ns-b NS (IP)");
-    };
-    let stopped = stop.load(Ordering::SeqCst);
-    eprintln!("diodon: relay forward: {}", stats.forward.summary());
-    eprintln!("diodon: relay backward: {}", stats.backward.summary());
-    r.context("relay")?;
-    Ok(if stopped { Exit::Success } else { Exit::Io })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("50ms"), Ok(Duration::from_millis(50)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("5").is_err());
-        assert!(parse_duration("ms").is_err());
-    }
 }

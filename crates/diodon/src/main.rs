@@ -18,6 +18,7 @@ mod fatal;
 mod guard;
 mod progress;
 mod recv;
+mod relay;
 mod send;
 mod stats;
 mod trial;
@@ -37,7 +38,7 @@ fn main() -> ExitCode {
         Command::Send(args) => send::run(&args),
         Command::Recv(args) => recv::run(&args),
         Command::Deltat(args) => deltat::run(&args).map_err(Fatal::io),
-        Command::Relay(args) => deltat::run_relay(&args, &stop_flag()).map_err(Fatal::io),
+        Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::Trial(args) => trial::run(&args),
