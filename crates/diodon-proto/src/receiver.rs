@@ -29,7 +29,7 @@
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
-use crate::time::{TimerTable, Timestamp};
+use crate::time::{TimerSlot, TimerTable, Timestamp};
 use crate::types::{ChannelId, SessionId};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
@@ -514,10 +514,17 @@ struct SessionRx {
     mismatches: HashSet<u8>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Timer {
-    Silence = 0,
-    SessionExpiry = 1,
+    Silence,
+    SessionExpiry,
+}
+
+impl TimerSlot for Timer {
+    const COUNT: usize = 2;
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 const RETIRED_SESSIONS: usize = 1024;
@@ -529,7 +536,7 @@ pub struct Receiver {
     session: Option<SessionRx>,
     retired: VecDeque<SessionId>,
     retired_missing: u64,
-    timers: TimerTable<2>,
+    timers: TimerTable<Timer>,
     silent: bool,
     last_heard: Timestamp,
     buffered: usize,
@@ -544,7 +551,7 @@ impl Receiver {
     /// A receiver waiting for its first session, started at `now`.
     pub fn new(config: ReceiverConfig, now: Timestamp) -> Self {
         let mut timers = TimerTable::default();
-        timers.set(Timer::Silence as usize, now + config.silence_timeout);
+        timers.set(Timer::Silence, now + config.silence_timeout);
         Receiver {
             config,
             session: None,
@@ -632,7 +639,7 @@ impl Receiver {
     /// channel and session expiry after 2Δt of silence, `LinkSilent`.
     /// Calling it twice at the same `now` does nothing the second time.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        if self.timers.take_expired(Timer::Silence as usize, now) && !self.silent {
+        if self.timers.take_expired(Timer::Silence, now) && !self.silent {
             self.silent = true;
             self.events.push_back(Event::LinkSilent {
                 last_heard: self.last_heard,
@@ -664,7 +671,7 @@ impl Receiver {
             }
             self.fail_channel(id, reason);
         }
-        if self.timers.take_expired(Timer::SessionExpiry as usize, now) {
+        if self.timers.take_expired(Timer::SessionExpiry, now) {
             self.expire_session();
         }
     }
@@ -703,9 +710,9 @@ impl Receiver {
         s.last_heard = now;
         self.last_heard = now;
         self.timers
-            .set(Timer::Silence as usize, now + self.config.silence_timeout);
+            .set(Timer::Silence, now + self.config.silence_timeout);
         self.timers
-            .set(Timer::SessionExpiry as usize, now + 2 * self.config.delta_t);
+            .set(Timer::SessionExpiry, now + 2 * self.config.delta_t);
         if self.silent {
             self.silent = false;
             self.events.push_back(Event::LinkResumed);
@@ -818,7 +825,7 @@ impl Receiver {
             self.retired.push_back(s.id);
         }
         self.buffered = 0;
-        self.timers.stop(Timer::SessionExpiry as usize);
+        self.timers.stop(Timer::SessionExpiry);
     }
 
     fn expire_session(&mut self) {

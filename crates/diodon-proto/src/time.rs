@@ -1,6 +1,7 @@
 //! Virtual time for the sans-IO core: [`Timestamp`] (a monotonic instant the
-//! caller supplies) and [`TimerTable`] (one slot per timer kind, the minimum is
-//! the next wake-up).
+//! caller supplies) and [`TimerTable`] (one slot per timer kind, indexed by
+//! the core's own timer enum through [`TimerSlot`]; the minimum is the next
+//! wake-up).
 //!
 //! The core never reads a clock. Drivers convert their monotonic clock into a
 //! `Timestamp` (nanoseconds since an arbitrary origin) and pass it to every
@@ -8,6 +9,7 @@
 //! clock, which is what makes every timer edge testable.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Add, AddAssign, Sub};
 use std::time::Duration;
 
@@ -94,49 +96,73 @@ impl fmt::Debug for Timestamp {
     }
 }
 
-/// One deadline slot per timer kind `K`; `K` is a small enum that converts to
-/// an index below `N`.
+/// A timer kind: a small fieldless enum whose variants are the slots of a
+/// [`TimerTable`]. Implement it with `index` returning `self as usize` and
+/// `COUNT` the number of variants (at most [`MAX_TIMER_SLOTS`]).
+pub trait TimerSlot: Copy {
+    /// Number of slots (variants).
+    const COUNT: usize;
+    /// This timer's slot, below `COUNT`.
+    fn index(self) -> usize;
+}
+
+/// Most slots a [`TimerTable`] holds (checked at compile time).
+pub const MAX_TIMER_SLOTS: usize = 8;
+
+/// One deadline slot per timer kind `K` (an enum implementing [`TimerSlot`]).
 ///
-/// `next()` is the earliest armed deadline; `expired(now)` yields (and
-/// disarms) every slot whose deadline is `<= now`, so handling a timeout twice
-/// at the same instant does nothing the second time.
+/// `next()` is the earliest armed deadline; `take_expired(k, now)` reports
+/// (and disarms) slot `k` if its deadline is `<= now`, so handling a timeout
+/// twice at the same instant does nothing the second time.
 #[derive(Clone, Debug)]
-pub struct TimerTable<const N: usize> {
-    slots: [Option<Timestamp>; N],
+pub struct TimerTable<K: TimerSlot> {
+    slots: [Option<Timestamp>; MAX_TIMER_SLOTS],
+    kind: PhantomData<K>,
 }
 
-impl<const N: usize> Default for TimerTable<N> {
+impl<K: TimerSlot> Default for TimerTable<K> {
     fn default() -> Self {
-        TimerTable { slots: [None; N] }
+        const { assert!(K::COUNT <= MAX_TIMER_SLOTS, "too many timer kinds") };
+        TimerTable {
+            slots: [None; MAX_TIMER_SLOTS],
+            kind: PhantomData,
+        }
     }
 }
 
-impl<const N: usize> TimerTable<N> {
-    /// Arms slot `index` to fire at `at` (replacing any earlier deadline).
-    pub fn set(&mut self, index: usize, at: Timestamp) {
-        self.slots[index] = Some(at);
+impl<K: TimerSlot> TimerTable<K> {
+    fn slot(timer: K) -> usize {
+        let i = timer.index();
+        debug_assert!(i < K::COUNT, "timer index {i} out of 0..{}", K::COUNT);
+        i
     }
 
-    /// Disarms slot `index`.
-    pub fn stop(&mut self, index: usize) {
-        self.slots[index] = None;
+    /// Arms `timer` to fire at `at` (replacing any earlier deadline).
+    pub fn set(&mut self, timer: K, at: Timestamp) {
+        self.slots[Self::slot(timer)] = Some(at);
     }
 
-    /// The deadline of slot `index`, if armed.
-    pub fn get(&self, index: usize) -> Option<Timestamp> {
-        self.slots[index]
+    /// Disarms `timer`.
+    pub fn stop(&mut self, timer: K) {
+        self.slots[Self::slot(timer)] = None;
+    }
+
+    /// The deadline of `timer`, if armed.
+    pub fn get(&self, timer: K) -> Option<Timestamp> {
+        self.slots[Self::slot(timer)]
     }
 
     /// The earliest armed deadline.
     pub fn next(&self) -> Option<Timestamp> {
-        self.slots.iter().flatten().min().copied()
+        self.slots[..K::COUNT].iter().flatten().min().copied()
     }
 
-    /// Returns whether slot `index` is armed and due at `now`, disarming it if so.
-    pub fn take_expired(&mut self, index: usize, now: Timestamp) -> bool {
-        match self.slots[index] {
+    /// Returns whether `timer` is armed and due at `now`, disarming it if so.
+    pub fn take_expired(&mut self, timer: K, now: Timestamp) -> bool {
+        let i = Self::slot(timer);
+        match self.slots[i] {
             Some(at) if at <= now => {
-                self.slots[index] = None;
+                self.slots[i] = None;
                 true
             }
             _ => false,
@@ -148,16 +174,32 @@ impl<const N: usize> TimerTable<N> {
 mod tests {
     use super::*;
 
+    #[derive(Clone, Copy, Debug)]
+    enum Kind {
+        A,
+        B,
+    }
+
+    impl TimerSlot for Kind {
+        const COUNT: usize = 2;
+        fn index(self) -> usize {
+            self as usize
+        }
+    }
+
     #[test]
     fn timer_table_fires_once_at_deadline() {
-        let mut t = TimerTable::<2>::default();
-        t.set(0, Timestamp::from_millis(10));
-        t.set(1, Timestamp::from_millis(5));
+        let mut t = TimerTable::<Kind>::default();
+        t.set(Kind::A, Timestamp::from_millis(10));
+        t.set(Kind::B, Timestamp::from_millis(5));
         assert_eq!(t.next(), Some(Timestamp::from_millis(5)));
-        assert!(!t.take_expired(0, Timestamp::from_millis(9)));
-        assert!(t.take_expired(0, Timestamp::from_millis(10)));
-        assert!(!t.take_expired(0, Timestamp::from_millis(10)));
+        assert!(!t.take_expired(Kind::A, Timestamp::from_millis(9)));
+        assert!(t.take_expired(Kind::A, Timestamp::from_millis(10)));
+        assert!(!t.take_expired(Kind::A, Timestamp::from_millis(10)));
         assert_eq!(t.next(), Some(Timestamp::from_millis(5)));
+        t.stop(Kind::B);
+        assert_eq!(t.get(Kind::B), None);
+        assert_eq!(t.next(), None);
     }
 
     #[test]
