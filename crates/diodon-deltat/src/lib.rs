@@ -22,6 +22,7 @@ pub mod cc;
 pub mod config;
 mod conn;
 pub mod endpoint;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod rtt;

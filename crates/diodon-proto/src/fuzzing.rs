@@ -13,7 +13,9 @@
 //!              ──► fec()       k, m, L, erasures ─► encode ─► erase ≤ m ─► decode == source
 //! ```
 //!
-//! Not a stable API: hidden from the docs, for the fuzz targets and tests only.
+//! Not a stable API: hidden from the docs, for the fuzz targets and tests
+//! only, and compiled only with the `fuzzing` feature (enabled by
+//! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};

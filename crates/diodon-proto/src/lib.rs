@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fec;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]
