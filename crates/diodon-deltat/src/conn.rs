@@ -2,7 +2,8 @@
 //! duplex), the four timers, reliability (RTO, fast retransmit, acceptance
 //! window, out-of-order buffer), flow control with rendezvous-at-sender, and
 //! the rules R1–R7 of the thesis (chapter 2.1). Owned and driven by
-//! [`crate::Endpoint`]; never touches a socket or a clock.
+//! [`crate::Endpoint`] (which it never names: what the two share lives in
+//! [`crate::api`]); never touches a socket or a clock.
 //!
 //! ```text
 //!   app write ─▶ snd.buf ─▶ [flight: sent, unacked] ─▶ data ─▶ peer
@@ -25,9 +26,9 @@ use std::time::Duration;
 
 use diodon_proto::{TimerSlot, TimerTable, Timestamp};
 
+use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::cc::{Bbr, CongestionControl, Cubic, DeliverySample, NewReno, Unlimited};
 use crate::config::{CongestionAlgorithm, Settings, WallClock};
-use crate::endpoint::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::rtt::RttEstimator;
 use crate::seq::Seq;
 use crate::wire::{
@@ -463,8 +464,7 @@ impl Connection {
     }
 
     pub fn timers_running(&self) -> bool {
-        self.timers.get(Timer::Stimer).is_some()
-            || self.timers.get(Timer::Rtimer).is_some()
+        self.timers.get(Timer::Stimer).is_some() || self.timers.get(Timer::Rtimer).is_some()
     }
 
     /// `TIME_WAIT` record whose timers have run out and that owes nothing.
@@ -1195,8 +1195,7 @@ impl Connection {
                     &[],
                 );
                 self.out.push_back(seg);
-                self.timers
-                    .set(Timer::ReliableAck, now + self.rtt.rto());
+                self.timers.set(Timer::ReliableAck, now + self.rtt.rto());
             } else {
                 ctx.stats.retransmit_limit += 1;
             }
@@ -1292,8 +1291,7 @@ impl Connection {
             first_tx: now,
             deadline,
         };
-        self.timers
-            .set(Timer::ReliableAck, now + self.rtt.rto());
+        self.timers.set(Timer::ReliableAck, now + self.rtt.rto());
         self.refresh_stimer(now, ctx.s);
         ctx.stats.reliable_acks_sent += 1;
         Some(seg)
