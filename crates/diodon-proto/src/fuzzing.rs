@@ -592,6 +592,8 @@ impl RxHarness {
 
     /// Drains events and checks every invariant.
     fn check(&mut self) {
+        self.receiver.check_timers();
+        self.sender.check_timers();
         while let Some(event) = self.receiver.poll_event() {
             self.on_event(event);
         }

@@ -33,6 +33,6 @@ pub mod wire;
 
 pub use receiver::{Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats};
 pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
-pub use time::{TimerSlot, TimerTable, Timestamp};
+pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

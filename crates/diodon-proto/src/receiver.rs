@@ -21,6 +21,12 @@
 //! [`Receiver::poll_timeout`] passes, call [`Receiver::handle_timeout`] and
 //! drain events again.
 //!
+//! Timers: `LinkSilent` and session expiry in a [`TimerTable`]; each
+//! channel's next deadline (its next loss check or its expiry 2Δt after it
+//! was last heard) in a queue keyed by deadline ([`crate::time::Deadlines`]),
+//! re-armed after every datagram of the channel. `poll_timeout` and
+//! `handle_timeout` touch only the channels that are due.
+//!
 //! A block is declared lost only when the sender has provably moved past it
 //! (a symbol of a later interleave group, the trailer, or the beacon's
 //! channel table) *and* a reorder grace has passed since; the loss fails its
@@ -29,7 +35,7 @@
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
-use crate::time::{TimerSlot, TimerTable, Timestamp};
+use crate::time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 use crate::types::{ChannelId, SessionId};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
@@ -500,6 +506,15 @@ impl ChannelRx {
     fn all_sent_blocks_delivered(&self) -> bool {
         self.next_block >= self.progress
     }
+
+    /// When `handle_timeout` has work for this channel: its next loss check
+    /// or its expiry (`expiry` = 2Δt after it was last heard).
+    fn deadline(&self, expiry: Duration) -> Timestamp {
+        let silent = self.last_heard + expiry;
+        self.loss_checks
+            .front()
+            .map_or(silent, |(_, t)| silent.min(*t))
+    }
 }
 
 #[derive(Debug)]
@@ -508,6 +523,8 @@ struct SessionRx {
     window: SeqWindow,
     min_offset: Option<u32>,
     channels: HashMap<ChannelId, ChannelRx>,
+    /// `ChannelRx::deadline` of every channel, keyed by deadline.
+    channel_due: Deadlines<ChannelId>,
     ended: HashSet<ChannelId>,
     last_heard: Timestamp,
     beacon: Option<BeaconRepr>,
@@ -619,20 +636,38 @@ impl Receiver {
         self.fail_channel(channel, FailReason::Rejected(why.into()));
     }
 
-    /// Earliest time `handle_timeout` has work.
+    /// Earliest time `handle_timeout` has work (the channels' deadlines are
+    /// keyed by time: no scan over the channels).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let mut next = self.timers.next();
-        if let Some(s) = &self.session {
-            let expiry = 2 * self.config.delta_t;
-            for ch in s.channels.values() {
-                let t = ch.last_heard + expiry;
-                next = Some(next.map_or(t, |n| n.min(t)));
-                if let Some((_, t)) = ch.loss_checks.front() {
-                    next = Some(next.map_or(*t, |n| n.min(*t)));
-                }
-            }
+        let next = self.timers.next();
+        match self.session.as_ref().and_then(|s| s.channel_due.next()) {
+            Some(t) => Some(next.map_or(t, |n| n.min(t))),
+            None => next,
         }
-        next
+    }
+
+    /// Panics unless every channel's entry in the deadline queue equals the
+    /// deadline a scan over the channels computes (for the fuzzing entry
+    /// points, which call it after every input).
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn check_timers(&self) {
+        let Some(s) = &self.session else { return };
+        let expiry = 2 * self.config.delta_t;
+        assert_eq!(
+            s.channel_due.len(),
+            s.channels.len(),
+            "one deadline per channel"
+        );
+        for (id, ch) in &s.channels {
+            assert_eq!(
+                s.channel_due.get(*id),
+                Some(ch.deadline(expiry)),
+                "channel {id}"
+            );
+        }
+        let scan = s.channels.values().map(|ch| ch.deadline(expiry)).min();
+        assert_eq!(s.channel_due.next(), scan, "earliest channel deadline");
     }
 
     /// Runs the timers due at `now`: loss verdicts after the reorder grace,
@@ -648,20 +683,25 @@ impl Receiver {
         let expiry = 2 * self.config.delta_t;
         let mut failures: Vec<(ChannelId, FailReason)> = Vec::new();
         if let Some(s) = &mut self.session {
-            for (id, ch) in &mut s.channels {
+            for id in s.channel_due.take_due(now) {
+                let Some(ch) = s.channels.get_mut(&id) else {
+                    continue;
+                };
                 let mut limit = None;
                 while ch.loss_checks.front().is_some_and(|(_, t)| *t <= now) {
                     limit = ch.loss_checks.pop_front().map(|(p, _)| p);
                 }
                 if let Some(limit) = limit {
                     if let Some(lost) = first_lost(ch, limit) {
-                        failures.push((*id, lost));
+                        failures.push((id, lost));
                         continue;
                     }
                 }
                 if ch.last_heard + expiry <= now {
-                    failures.push((*id, silence_reason(ch)));
+                    failures.push((id, silence_reason(ch)));
+                    continue;
                 }
+                s.channel_due.set(id, Some(ch.deadline(expiry)));
             }
         }
         failures.sort_by_key(|(id, _)| *id);
@@ -719,7 +759,14 @@ impl Receiver {
         }
         let channel = repr.header.channel;
         match repr.body {
-            Body::Beacon(beacon) => self.on_beacon(now, beacon),
+            Body::Beacon(beacon) => {
+                let listed: Vec<ChannelId> = beacon.channels.iter().map(|e| e.channel).collect();
+                self.on_beacon(now, beacon);
+                for id in listed {
+                    self.rearm(id);
+                }
+                return;
+            }
             Body::Open(meta) => {
                 if let Some(ch) = self.channel_mut(now, channel) {
                     if ch.meta.is_none() {
@@ -740,6 +787,17 @@ impl Receiver {
                 self.stats.repair_symbols += 1;
                 self.on_symbol(now, channel, &sym);
             }
+        }
+        self.rearm(channel);
+    }
+
+    /// Keeps the channel's entry in `channel_due` equal to its deadline
+    /// (after a datagram changed when it was last heard or its loss checks).
+    fn rearm(&mut self, channel: ChannelId) {
+        let expiry = 2 * self.config.delta_t;
+        if let Some(s) = &mut self.session {
+            let at = s.channels.get(&channel).map(|ch| ch.deadline(expiry));
+            s.channel_due.set(channel, at);
         }
     }
 
@@ -798,6 +856,7 @@ impl Receiver {
             window: SeqWindow::new(repr.header.seq),
             min_offset: None,
             channels: HashMap::new(),
+            channel_due: Deadlines::default(),
             ended: HashSet::new(),
             last_heard: now,
             beacon: None,
@@ -865,6 +924,7 @@ impl Receiver {
     fn fail_channel(&mut self, channel: ChannelId, reason: FailReason) {
         let Some(s) = &mut self.session else { return };
         let existed = s.channels.remove(&channel);
+        s.channel_due.set(channel, None);
         if existed.is_none() && s.ended.contains(&channel) {
             return;
         }
@@ -1125,6 +1185,7 @@ impl Receiver {
                 // still be held: release them with the channel.
                 self.buffered -= ch.buffered;
                 s.channels.remove(&channel);
+                s.channel_due.set(channel, None);
                 s.ended.insert(channel);
                 self.stats.channels_complete += 1;
                 self.events.push_back(Event::ChannelComplete {
