@@ -31,7 +31,9 @@ pub mod time;
 pub mod types;
 pub mod wire;
 
-pub use receiver::{Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats};
+pub use receiver::{
+    Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
+};
 pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
 pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};

@@ -42,6 +42,7 @@ use crate::wire::{
     SymbolRepr, TrailerRepr, TrailerStatus, WireError,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Receiver settings.
@@ -116,8 +117,49 @@ pub enum FailReason {
     /// Too many channels or too many buffered bytes.
     ResourceLimit,
     /// The application refused the channel (see [`Receiver::reject_channel`]).
-    Rejected(String),
+    Rejected(Rejection),
 }
+
+/// Why the application gave a channel up: its own typed error, which the
+/// core passes through to [`FailReason::Rejected`] without interpreting it
+/// ([`Rejection::downcast_ref`] recovers it). Any `std::error::Error`
+/// converts into one.
+#[derive(Clone)]
+pub struct Rejection(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Rejection {
+    /// The application's error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for Rejection {
+    fn from(e: E) -> Self {
+        Rejection(Arc::new(e))
+    }
+}
+
+impl std::fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+/// Two rejections are equal when they are the same error or say the same.
+impl PartialEq for Rejection {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Rejection {}
 
 impl std::fmt::Display for FailReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -632,7 +674,7 @@ impl Receiver {
     /// Fails a channel on the application's behalf (a hostile name, a full
     /// disk, a destination that refused the connection). Later datagrams of
     /// the channel are counted as late and dropped.
-    pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<String>) {
+    pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<Rejection>) {
         self.fail_channel(channel, FailReason::Rejected(why.into()));
     }
 
