@@ -16,7 +16,7 @@
 
 use crate::names::{escape, sanitize, SafePath};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
-use crate::send::{SourceHandle, CHUNK};
+use crate::send::{Closed, SourceHandle, CHUNK};
 use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::HashMap;
@@ -55,6 +55,23 @@ pub enum WalkError {
     /// A name is not valid UTF-8 or is otherwise unsendable.
     #[error("{0}: name is not valid UTF-8")]
     Name(PathBuf),
+}
+
+/// Why one file could not be sent (logged; its channel is aborted).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceFileError {
+    /// The file could not be opened.
+    #[error("open: {0}")]
+    Open(io::Error),
+    /// Its metadata could not be read.
+    #[error("stat: {0}")]
+    Stat(io::Error),
+    /// Reading it failed.
+    #[error("read: {0}")]
+    Read(io::Error),
+    /// The sender pipeline stopped.
+    #[error(transparent)]
+    Closed(#[from] Closed),
 }
 
 /// Expands `paths` into files: a file is sent under its file name, a
@@ -141,9 +158,9 @@ pub fn send_files(files: &[SourceFile], handle: &SourceHandle) -> usize {
     failed
 }
 
-fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), String> {
-    let mut file = File::open(&f.path).map_err(|e| format!("open: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError> {
+    let mut file = File::open(&f.path).map_err(SourceFileError::Open)?;
+    let meta = file.metadata().map_err(SourceFileError::Stat)?;
     let cm = ChannelMeta {
         kind: ChannelKind::File,
         size: Some(meta.len()),
@@ -152,26 +169,27 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), String> {
         mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
         name: f.name.clone(),
     };
-    let token = handle.open(cm).map_err(|e| e.to_string())?;
+    let token = handle.open(cm)?;
     loop {
         let mut buf = vec![0u8; CHUNK];
         let n = match read_full(&mut file, &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                let _ = handle.abort(token, format!("read: {e}"));
-                return Err(format!("read: {e}"));
+                let e = SourceFileError::Read(e);
+                let _ = handle.abort(token, e.to_string());
+                return Err(e);
             }
         };
         if n == 0 {
             break;
         }
         buf.truncate(n);
-        handle.data(token, buf).map_err(|e| e.to_string())?;
+        handle.data(token, buf)?;
         if n < CHUNK {
             break;
         }
     }
-    handle.finish(token).map_err(|e| e.to_string())
+    Ok(handle.finish(token)?)
 }
 
 /// Reads until `buf` is full or EOF.
