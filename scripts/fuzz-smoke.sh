@@ -5,7 +5,9 @@
 # fuzz/corpus/<target> (ignored by git). Fails on the first crash, leak or
 # timeout; the reproducer lands in fuzz/artifacts/<target>/ and replays with
 #   cargo +nightly fuzz run <target> fuzz/artifacts/<target>/<file>
-# or, on stable, by feeding its bytes to diodon_proto::fuzzing::<target>.
+# or, on stable, by feeding its bytes to diodon_proto::fuzzing::<target>
+# (compiled only with the crate feature `fuzzing`, which fuzz/Cargo.toml and
+# the crates' own tests enable).
 #
 # Installs what it needs: the nightly toolchain (minimal profile) and
 # cargo-fuzz, if absent. Env: FUZZ_SECONDS, FUZZ_TARGETS (space-separated

@@ -16,7 +16,8 @@
 
 use crate::names::{escape, sanitize, SafePath};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
-use crate::send::{SourceHandle, CHUNK};
+use crate::send::{Closed, SourceHandle, CHUNK};
+use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -54,6 +55,23 @@ pub enum WalkError {
     /// A name is not valid UTF-8 or is otherwise unsendable.
     #[error("{0}: name is not valid UTF-8")]
     Name(PathBuf),
+}
+
+/// Why one file could not be sent (logged; its channel is aborted).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceFileError {
+    /// The file could not be opened.
+    #[error("open: {0}")]
+    Open(io::Error),
+    /// Its metadata could not be read.
+    #[error("stat: {0}")]
+    Stat(io::Error),
+    /// Reading it failed.
+    #[error("read: {0}")]
+    Read(io::Error),
+    /// The sender pipeline stopped.
+    #[error(transparent)]
+    Closed(#[from] Closed),
 }
 
 /// Expands `paths` into files: a file is sent under its file name, a
@@ -140,9 +158,9 @@ pub fn send_files(files: &[SourceFile], handle: &SourceHandle) -> usize {
     failed
 }
 
-fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), String> {
-    let mut file = File::open(&f.path).map_err(|e| format!("open: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("stat: {e}"))?;
+fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError> {
+    let mut file = File::open(&f.path).map_err(SourceFileError::Open)?;
+    let meta = file.metadata().map_err(SourceFileError::Stat)?;
     let cm = ChannelMeta {
         kind: ChannelKind::File,
         size: Some(meta.len()),
@@ -151,26 +169,27 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), String> {
         mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
         name: f.name.clone(),
     };
-    let token = handle.open(cm).map_err(|e| e.to_string())?;
+    let token = handle.open(cm)?;
     loop {
         let mut buf = vec![0u8; CHUNK];
         let n = match read_full(&mut file, &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                let _ = handle.abort(token, format!("read: {e}"));
-                return Err(format!("read: {e}"));
+                let e = SourceFileError::Read(e);
+                let _ = handle.abort(token, e.to_string());
+                return Err(e);
             }
         };
         if n == 0 {
             break;
         }
         buf.truncate(n);
-        handle.data(token, buf).map_err(|e| e.to_string())?;
+        handle.data(token, buf)?;
         if n < CHUNK {
             break;
         }
     }
-    handle.finish(token).map_err(|e| e.to_string())
+    Ok(handle.finish(token)?)
 }
 
 /// Reads until `buf` is full or EOF.
@@ -211,7 +230,7 @@ struct Staged {
     tmp: PathBuf,
     file: Option<File>,
     written: u64,
-    error: Option<String>,
+    error: Option<SinkFailure>,
 }
 
 /// Writes channels as files under an output directory (see module doc).
@@ -288,7 +307,7 @@ impl FileSink {
         &mut self,
         key: ChannelKey,
         meta: ChannelMeta,
-        refused: Option<String>,
+        refused: Option<SinkFailure>,
     ) -> Result<(), SinkError> {
         let rel = sanitize(&meta.name).ok();
         let tmp = self
@@ -311,7 +330,7 @@ impl FileSink {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&staged.tmp)
                 .map(|f| staged.file = Some(f))
-                .map_err(|e| format!("cannot create staging file: {e}"))
+                .map_err(SinkFailure::file(FileOp::CreateStaging))
         } else {
             Ok(())
         };
@@ -334,11 +353,14 @@ impl FileSink {
         }
         let r = if offset == st.written {
             match st.file.as_mut() {
-                Some(f) => f.write_all(data).map_err(|e| format!("write: {e}")),
-                None => Err("no staging file".to_owned()),
+                Some(f) => f.write_all(data).map_err(SinkFailure::file(FileOp::Write)),
+                None => Err(SinkFailure::NoStagingFile),
             }
         } else {
-            Err(format!("data at offset {offset}, expected {}", st.written))
+            Err(SinkFailure::OutOfOrder {
+                offset,
+                expected: st.written,
+            })
         };
         match r {
             Ok(()) => {
@@ -363,10 +385,11 @@ impl FileSink {
         let rel = st.rel.clone();
         let result = match (&st.error, &rel) {
             (Some(e), _) => Err(e.clone()),
-            (None, None) => Err("unsafe name".to_owned()),
-            (None, Some(_)) if st.written != bytes => {
-                Err(format!("wrote {} bytes, channel has {bytes}", st.written))
-            }
+            (None, None) => Err(SinkFailure::UnsafeName),
+            (None, Some(_)) if st.written != bytes => Err(SinkFailure::Length {
+                written: st.written,
+                bytes,
+            }),
             (None, Some(rel)) => self.commit(&mut st, rel),
         };
         Some(match result {
@@ -380,34 +403,34 @@ impl FileSink {
                     blake3: hex::encode(digest),
                 },
             },
-            Err(why) => self.quarantine(key, st, &why),
+            Err(why) => self.quarantine(key, st, &why.to_string()),
         })
     }
 
     /// fsync, permissions, mtime, rename into place, fsync the directory.
-    fn commit(&self, st: &mut Staged, rel: &SafePath) -> Result<PathBuf, String> {
-        let file = st.file.take().ok_or("no staging file")?;
+    fn commit(&self, st: &mut Staged, rel: &SafePath) -> Result<PathBuf, SinkFailure> {
+        let file = st.file.take().ok_or(SinkFailure::NoStagingFile)?;
         if self.fsync {
-            file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+            file.sync_all().map_err(SinkFailure::file(FileOp::Fsync))?;
         }
         let mode = st.meta.mode & 0o777;
         file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("chmod: {e}"))?;
+            .map_err(SinkFailure::file(FileOp::Chmod))?;
         if let Some(t) = mtime(&st.meta) {
             file.set_modified(t)
-                .map_err(|e| format!("set mtime: {e}"))?;
+                .map_err(SinkFailure::file(FileOp::SetMtime))?;
         }
         drop(file);
         let dest = self.out.join(rel.as_path());
-        let parent = dest.parent().ok_or("no parent directory")?;
+        let parent = dest.parent().ok_or(SinkFailure::NoParent)?;
         ensure_dirs(&self.out, rel.as_path().parent().unwrap_or(Path::new("")))?;
         match fs::symlink_metadata(&dest) {
-            Ok(m) if m.is_dir() => return Err(format!("{} is a directory", dest.display())),
+            Ok(m) if m.is_dir() => return Err(SinkFailure::IsADirectory(dest)),
             _ => {}
         }
         // rename(2) replaces the final component itself (a symlink there is
         // replaced, not followed).
-        fs::rename(&st.tmp, &dest).map_err(|e| format!("rename: {e}"))?;
+        fs::rename(&st.tmp, &dest).map_err(SinkFailure::file(FileOp::Rename))?;
         if self.fsync {
             if let Ok(d) = File::open(parent) {
                 let _ = d.sync_all();
@@ -454,18 +477,18 @@ impl FileSink {
 }
 
 impl Sink for FileSink {
-    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+    fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         crate::stream::refuse_datagrams(meta)?;
         sanitize(&meta.name)
             .map(|_| ())
-            .map_err(|e| format!("unsafe name: {e}"))
+            .map_err(Refusal::UnsafeName)
     }
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
         match event {
             SinkEvent::Opened { key, meta } => self.start(key, meta, None).map(|()| None),
             SinkEvent::Refused { key, meta, why } => {
-                let _ = self.start(key, meta, Some(why));
+                let _ = self.start(key, meta, Some(why.into()));
                 Ok(None)
             }
             SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
@@ -475,7 +498,7 @@ impl Sink for FileSink {
                 if let Some(mut st) = self.open.remove(&key) {
                     self.known.remove(&key);
                     // A refusal's own reason is more precise than "rejected: …".
-                    let why = st.error.take().unwrap_or(why);
+                    let why = st.error.take().map_or(why, |e| e.to_string());
                     Ok(Some(self.quarantine(key, st, &why)))
                 } else {
                     let name = format!("channel-{}-{}", key.session, key.channel);
@@ -503,23 +526,28 @@ fn mtime(meta: &ChannelMeta) -> Option<SystemTime> {
 
 /// Creates `rel`'s directories under `root` one component at a time,
 /// refusing to pass through anything that is not a real directory.
-fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), String> {
+fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), SinkFailure> {
     let mut at = root.to_owned();
     for c in rel.components() {
         at.push(c);
         match fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "{} is a symlink: refusing to follow it",
-                    at.display()
-                ));
-            }
+            Ok(m) if m.file_type().is_symlink() => return Err(SinkFailure::Symlink(at)),
             Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("{} exists and is not a directory", at.display())),
+            Ok(_) => return Err(SinkFailure::NotADirectory(at)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&at).map_err(|e| format!("mkdir {}: {e}", at.display()))?;
+                if let Err(e) = fs::create_dir(&at) {
+                    return Err(SinkFailure::Mkdir {
+                        path: at,
+                        source: e.into(),
+                    });
+                }
             }
-            Err(e) => return Err(format!("{}: {e}", at.display())),
+            Err(e) => {
+                return Err(SinkFailure::Examine {
+                    path: at,
+                    source: e.into(),
+                })
+            }
         }
     }
     Ok(())
@@ -664,17 +692,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut sink = FileSink::new(dir.path(), false).unwrap();
         let m = meta("../escape", 1);
-        assert!(FileSink::admit(&m).is_err());
+        let why = FileSink::admit(&m).unwrap_err();
+        assert!(matches!(why, Refusal::UnsafeName(_)), "{why}");
         sink.handle(SinkEvent::Refused {
             key: key(4),
             meta: m,
-            why: "unsafe name".into(),
+            why: why.clone(),
         })
         .unwrap();
         let out = sink
             .handle(SinkEvent::Failed {
                 key: key(4),
-                reason: FailReason::Rejected("unsafe name".into()),
+                reason: FailReason::Rejected(why.into()),
             })
             .unwrap()
             .unwrap();

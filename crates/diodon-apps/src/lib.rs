@@ -18,7 +18,8 @@
 //! socket buffer, and both are counted.
 //!
 //! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
-//! sanitizer), [`files`] (file source and the staging/verify/rename sink),
+//! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
+//! [`files`] (file source and the staging/verify/rename sink),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
 //! channels).
 
@@ -30,6 +31,7 @@ pub mod names;
 pub mod recv;
 pub mod report;
 pub mod send;
+pub mod sink_error;
 pub mod stream;
 pub mod udp_flow;
 
@@ -38,8 +40,10 @@ pub use recv::{
     SinkError, SinkEvent, Verdict,
 };
 pub use send::{
-    run_sender, SendOptions, SendProgress, SendReport, SentChannel, SourceHandle, SourceMsg,
+    run_sender, SendOptions, SendProgress, SendReport, SentChannel, SentStatus, SourceHandle,
+    SourceMsg,
 };
+pub use sink_error::{FileOp, Refusal, SinkFailure};
 
 /// Errors that end a pipeline (as opposed to failing one channel).
 #[derive(Debug, thiserror::Error)]

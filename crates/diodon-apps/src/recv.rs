@@ -16,6 +16,7 @@
 //! channel in the core (`reject_channel`); the failure then flows to the
 //! sink like any other verdict (quarantine, reset connection).
 
+pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::PipelineError;
 use diodon_io::{BatchReceiver, MonotonicClock, SetupWarning, UdpConfig};
 use diodon_proto::{
@@ -60,7 +61,7 @@ pub enum SinkEvent {
         /// Metadata.
         meta: ChannelMeta,
         /// Why.
-        why: String,
+        why: Refusal,
     },
     /// Bytes, contiguous with the previous ones of the channel.
     Data {
@@ -97,7 +98,7 @@ pub struct SinkError {
     /// Channel.
     pub key: ChannelKey,
     /// Why.
-    pub why: String,
+    pub why: SinkFailure,
 }
 
 /// The final word on a channel.
@@ -158,7 +159,7 @@ impl ChannelOutcome {
 pub trait Sink: Send + 'static {
     /// Decides on the decoder thread whether a channel is acceptable (names,
     /// kinds). Must be cheap and must not block.
-    fn admit(meta: &ChannelMeta) -> Result<(), String>
+    fn admit(meta: &ChannelMeta) -> Result<(), Refusal>
     where
         Self: Sized;
 
@@ -465,7 +466,7 @@ struct Decoder {
     published: Timestamp,
     drops: u64,
     progress: Arc<RecvProgress>,
-    admit: fn(&ChannelMeta) -> Result<(), String>,
+    admit: fn(&ChannelMeta) -> Result<(), Refusal>,
 }
 
 /// The writer thread stopped (it only does when its queue closes).

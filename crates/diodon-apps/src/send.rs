@@ -155,8 +155,51 @@ pub struct SentChannel {
     pub bytes: u64,
     /// BLAKE3 digest, hex (empty when aborted or refused).
     pub digest: String,
-    /// `sent`, `aborted` or `refused: …`.
-    pub status: String,
+    /// How it ended.
+    pub status: SentStatus,
+}
+
+/// How a channel ended on the sending side. Reports print it as `sent`,
+/// `aborted` or `refused: <why>` (and read it back from that text).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum SentStatus {
+    /// Every symbol and every trailer copy left.
+    Sent,
+    /// Aborted: its trailer tells the receiver to fail it.
+    Aborted,
+    /// The core refused to open it (the core's `SendError`, as text).
+    Refused(String),
+}
+
+impl std::fmt::Display for SentStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SentStatus::Sent => f.write_str("sent"),
+            SentStatus::Aborted => f.write_str("aborted"),
+            SentStatus::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
+}
+
+impl From<SentStatus> for String {
+    fn from(s: SentStatus) -> String {
+        s.to_string()
+    }
+}
+
+impl TryFrom<String> for SentStatus {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "sent" => Ok(SentStatus::Sent),
+            "aborted" => Ok(SentStatus::Aborted),
+            _ => match s.strip_prefix("refused: ") {
+                Some(why) => Ok(SentStatus::Refused(why.to_owned())),
+                None => Err(format!("unknown channel status {s:?}")),
+            },
+        }
+    }
 }
 
 /// What the sender did.
@@ -181,7 +224,10 @@ pub struct SendReport {
 impl SendReport {
     /// Channels that did not go out complete.
     pub fn failed(&self) -> usize {
-        self.channels.iter().filter(|c| c.status != "sent").count()
+        self.channels
+            .iter()
+            .filter(|c| c.status != SentStatus::Sent)
+            .count()
     }
 }
 
@@ -381,7 +427,7 @@ impl Core {
                             name: name.clone(),
                             bytes: 0,
                             digest: String::new(),
-                            status: format!("refused: {e}"),
+                            status: SentStatus::Refused(e.to_string()),
                         });
                         self.tokens.insert(token, Chan { id: None, name });
                     }
@@ -456,7 +502,7 @@ impl Core {
                         name,
                         bytes,
                         digest,
-                        status: "sent".into(),
+                        status: SentStatus::Sent,
                     });
                 }
                 SenderEvent::ChannelAborted { channel } => {
@@ -465,7 +511,7 @@ impl Core {
                         name,
                         bytes: 0,
                         digest: String::new(),
-                        status: "aborted".into(),
+                        status: SentStatus::Aborted,
                     });
                 }
             }
@@ -501,5 +547,34 @@ impl Core {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => self.input_done = true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sent_status_reads_and_writes_the_report_text() {
+        for (status, text) in [
+            (SentStatus::Sent, "sent"),
+            (SentStatus::Aborted, "aborted"),
+            (
+                SentStatus::Refused("channel ids exhausted".into()),
+                "refused: channel ids exhausted",
+            ),
+        ] {
+            let ch = SentChannel {
+                name: "f".into(),
+                bytes: 1,
+                digest: String::new(),
+                status: status.clone(),
+            };
+            let json = serde_json::to_string(&ch).unwrap_or_default();
+            assert!(json.contains(&format!("\"status\":\"{text}\"")), "{json}");
+            let back: SentChannel = serde_json::from_str(&json).expect("round trip");
+            assert_eq!(back.status, status);
+        }
+        assert!(serde_json::from_str::<SentStatus>("\"lost\"").is_err());
     }
 }

@@ -17,6 +17,7 @@
 
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::send::{SourceHandle, CHUNK};
+use crate::sink_error::{Refusal, SinkFailure};
 use diodon_proto::ChannelMeta;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -98,9 +99,9 @@ pub fn serve_tcp(
 
 /// Byte-stream sinks take files and streams; a datagram channel (a UDP
 /// flow's length-prefixed records) needs `--udp-forward`.
-pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), String> {
+pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), Refusal> {
     if meta.kind == diodon_proto::ChannelKind::Datagrams {
-        Err("a datagram channel (UDP flow) needs a --udp-forward receiver".into())
+        Err(Refusal::DatagramsNeedUdpForward)
     } else {
         Ok(())
     }
@@ -115,7 +116,7 @@ pub struct StdoutSink {
 }
 
 impl Sink for StdoutSink {
-    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+    fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         refuse_datagrams(meta)
     }
 
@@ -125,7 +126,7 @@ impl Sink for StdoutSink {
                 if self.active.is_some() {
                     return Err(SinkError {
                         key,
-                        why: "stdout is busy with another channel".into(),
+                        why: SinkFailure::StdoutBusy,
                     });
                 }
                 self.active = Some((key, meta.name, 0));
@@ -146,7 +147,7 @@ impl Sink for StdoutSink {
                     self.broken = true;
                     return Err(SinkError {
                         key,
-                        why: format!("stdout: {e}"),
+                        why: SinkFailure::Stdout(Arc::new(e)),
                     });
                 }
                 Ok(None)
@@ -213,7 +214,7 @@ impl TcpSink {
 }
 
 impl Sink for TcpSink {
-    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+    fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         refuse_datagrams(meta)
     }
 
@@ -231,7 +232,10 @@ impl Sink for TcpSink {
                         self.conns.insert(key, (meta.name, None, 0));
                         Err(SinkError {
                             key,
-                            why: format!("connect {dest}: {e}"),
+                            why: SinkFailure::Connect {
+                                dest,
+                                source: Arc::new(e),
+                            },
                         })
                     }
                 }
@@ -248,7 +252,10 @@ impl Sink for TcpSink {
                     }
                     return Err(SinkError {
                         key,
-                        why: format!("write {dest}: {e}"),
+                        why: SinkFailure::WriteTo {
+                            dest,
+                            source: Arc::new(e),
+                        },
                     });
                 }
                 Ok(None)

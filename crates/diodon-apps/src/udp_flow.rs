@@ -21,6 +21,7 @@
 
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::send::SourceHandle;
+use crate::sink_error::{Refusal, SinkFailure};
 use diodon_io::{BatchReceiver, MonotonicClock, UdpConfig, UdpError};
 use diodon_proto::{ChannelKind, ChannelMeta, Timestamp};
 use std::collections::HashMap;
@@ -291,14 +292,11 @@ fn send_retrying(sock: &UdpSocket, data: &[u8], dest: SocketAddr) -> io::Result<
 }
 
 impl Sink for UdpForwardSink {
-    fn admit(meta: &ChannelMeta) -> Result<(), String> {
+    fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         if meta.kind == ChannelKind::Datagrams {
             Ok(())
         } else {
-            Err(format!(
-                "--udp-forward takes only datagram channels, not {:?}",
-                meta.kind
-            ))
+            Err(Refusal::NotDatagrams(meta.kind))
         }
     }
 
@@ -307,12 +305,15 @@ impl Sink for UdpForwardSink {
         match event {
             SinkEvent::Opened { key, meta } => {
                 let sock = self.bind();
-                let err = sock.as_ref().err().map(ToString::to_string);
+                let (sock, err) = match sock {
+                    Ok(s) => (Some(s), None),
+                    Err(e) => (None, Some(e)),
+                };
                 self.flows.insert(
                     key,
                     OutFlow {
                         name: meta.name,
-                        sock: sock.ok(),
+                        sock,
                         pending: Vec::new(),
                         bytes: 0,
                     },
@@ -321,7 +322,10 @@ impl Sink for UdpForwardSink {
                     None => Ok(None),
                     Some(e) => Err(SinkError {
                         key,
-                        why: format!("socket for {dest}: {e}"),
+                        why: SinkFailure::Socket {
+                            dest,
+                            source: Arc::new(e),
+                        },
                     }),
                 }
             }
@@ -339,7 +343,10 @@ impl Sink for UdpForwardSink {
                 self.flows.insert(key, flow);
                 r.map(|()| None).map_err(|e| SinkError {
                     key,
-                    why: format!("send to {dest}: {e}"),
+                    why: SinkFailure::SendTo {
+                        dest,
+                        source: Arc::new(e),
+                    },
                 })
             }
             SinkEvent::Complete { key, bytes, digest } => {

@@ -2,7 +2,8 @@
 //! duplex), the four timers, reliability (RTO, fast retransmit, acceptance
 //! window, out-of-order buffer), flow control with rendezvous-at-sender, and
 //! the rules R1–R7 of the thesis (chapter 2.1). Owned and driven by
-//! [`crate::Endpoint`]; never touches a socket or a clock.
+//! [`crate::Endpoint`] (which it never names: what the two share lives in
+//! [`crate::api`]); never touches a socket or a clock.
 //!
 //! ```text
 //!   app write ─▶ snd.buf ─▶ [flight: sent, unacked] ─▶ data ─▶ peer
@@ -23,11 +24,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use diodon_proto::{TimerTable, Timestamp};
+use diodon_proto::{TimerSlot, TimerTable, Timestamp};
 
+use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::cc::{Bbr, CongestionControl, Cubic, DeliverySample, NewReno, Unlimited};
 use crate::config::{CongestionAlgorithm, Settings, WallClock};
-use crate::endpoint::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::rtt::RttEstimator;
 use crate::seq::Seq;
 use crate::wire::{
@@ -50,14 +51,20 @@ const fn rendezvous_offset(scaled: bool) -> u32 {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Timer {
-    Retransmit = 0,
-    ReliableAck = 1,
-    Stimer = 2,
-    Rtimer = 3,
+    Retransmit,
+    ReliableAck,
+    Stimer,
+    Rtimer,
 }
-const TIMERS: usize = 4;
+
+impl TimerSlot for Timer {
+    const COUNT: usize = 4;
+    fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// What a connection needs from its endpoint while handling an input.
 pub(crate) struct Ctx<'a> {
@@ -312,7 +319,7 @@ pub(crate) struct Connection {
     pub time_wait: bool,
     pub write_shutdown: bool,
     pub failed: Option<ConnectionError>,
-    timers: TimerTable<TIMERS>,
+    timers: TimerTable<Timer>,
     snd: SendState,
     rcv: RecvState,
     out: VecDeque<Vec<u8>>,
@@ -457,8 +464,7 @@ impl Connection {
     }
 
     pub fn timers_running(&self) -> bool {
-        self.timers.get(Timer::Stimer as usize).is_some()
-            || self.timers.get(Timer::Rtimer as usize).is_some()
+        self.timers.get(Timer::Stimer).is_some() || self.timers.get(Timer::Rtimer).is_some()
     }
 
     /// `TIME_WAIT` record whose timers have run out and that owes nothing.
@@ -589,7 +595,7 @@ impl Connection {
         self.snd.nxt = self.snd.una;
         self.snd.max = self.snd.una;
         self.snd.rdv = SendRdv::None;
-        self.timers.stop(Timer::Retransmit as usize);
+        self.timers.stop(Timer::Retransmit);
         ctx.events.push_back(Event::Failed {
             handle: self.handle,
             error: error.clone(),
@@ -634,7 +640,7 @@ impl Connection {
     fn refresh_rtimer(&mut self, now: Timestamp, lifetime: Lifetime) {
         self.rcv.deltat = lifetime;
         self.timers
-            .set(Timer::Rtimer as usize, now + 2 * lifetime.duration());
+            .set(Timer::Rtimer, now + 2 * lifetime.duration());
     }
 
     fn on_data(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
@@ -673,7 +679,7 @@ impl Connection {
         if accepted {
             if let RecvRdv::RelAck { .. } = self.rcv.rdv {
                 self.rcv.rdv = RecvRdv::None;
-                self.timers.stop(Timer::ReliableAck as usize);
+                self.timers.stop(Timer::ReliableAck);
             }
         }
         if readable > 0 {
@@ -773,7 +779,7 @@ impl Connection {
         self.snd.max = sn;
         self.clear_flight();
         self.snd.wnd = window;
-        self.timers.stop(Timer::Retransmit as usize);
+        self.timers.stop(Timer::Retransmit);
         self.rtt.reset_backoff();
     }
 
@@ -905,7 +911,7 @@ impl Connection {
                     self.snd.nxt = shifted;
                     self.snd.max = shifted;
                     self.snd.wnd = 0;
-                    self.timers.stop(Timer::Retransmit as usize);
+                    self.timers.stop(Timer::Retransmit);
                     self.rtt.reset_backoff();
                 } else {
                     ctx.stats.stale_acks += 1;
@@ -957,7 +963,7 @@ impl Connection {
             self.snd.nxt = self.snd.una;
             self.snd.recover = None;
             self.snd.dup_acks = 0;
-            self.timers.stop(Timer::Retransmit as usize);
+            self.timers.stop(Timer::Retransmit);
         }
     }
 
@@ -1021,7 +1027,7 @@ impl Connection {
             None => self.cc.on_ack(now, acked, self.rtt.srtt()),
         }
         if self.snd.flight.is_empty() {
-            self.timers.stop(Timer::Retransmit as usize);
+            self.timers.stop(Timer::Retransmit);
         } else {
             self.arm_rto(now, ctx.s);
         }
@@ -1088,26 +1094,26 @@ impl Connection {
             Some(l) if l > now => (now + rto).min(l),
             _ => now + rto,
         };
-        self.timers.set(Timer::Retransmit as usize, at);
+        self.timers.set(Timer::Retransmit, at);
     }
 
     pub fn handle_timeout(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
-        if self.timers.take_expired(Timer::Retransmit as usize, now) {
+        if self.timers.take_expired(Timer::Retransmit, now) {
             self.on_rto(now, ctx);
         }
-        if self.timers.take_expired(Timer::ReliableAck as usize, now) {
+        if self.timers.take_expired(Timer::ReliableAck, now) {
             self.on_reliable_ack_timer(now, ctx);
         }
-        if self.timers.take_expired(Timer::Stimer as usize, now) {
+        if self.timers.take_expired(Timer::Stimer, now) {
             self.on_stimer(ctx);
         }
-        if self.timers.take_expired(Timer::Rtimer as usize, now) {
+        if self.timers.take_expired(Timer::Rtimer, now) {
             // R4: receive state back to defaults.
             ctx.stats.rtimer_expirations += 1;
             self.rcv.valid = false;
             self.rcv.clear_ooo();
             self.rcv.rdv = RecvRdv::None;
-            self.timers.stop(Timer::ReliableAck as usize);
+            self.timers.stop(Timer::ReliableAck);
             ctx.events
                 .push_back(Event::ReceiveTimerExpired(self.handle));
         }
@@ -1189,8 +1195,7 @@ impl Connection {
                     &[],
                 );
                 self.out.push_back(seg);
-                self.timers
-                    .set(Timer::ReliableAck as usize, now + self.rtt.rto());
+                self.timers.set(Timer::ReliableAck, now + self.rtt.rto());
             } else {
                 ctx.stats.retransmit_limit += 1;
             }
@@ -1208,7 +1213,7 @@ impl Connection {
         self.snd.rdv = SendRdv::None;
         self.snd.recover = None;
         self.snd.dup_acks = 0;
-        self.timers.stop(Timer::Retransmit as usize);
+        self.timers.stop(Timer::Retransmit);
         self.rtt.reset_backoff();
         if unacked && self.failed.is_none() {
             self.fail(
@@ -1226,7 +1231,7 @@ impl Connection {
 
     /// R1: Stimer = 3Δt from a new SN (or reliable-ack) sent.
     fn refresh_stimer(&mut self, now: Timestamp, s: &Settings) {
-        self.timers.set(Timer::Stimer as usize, now + s.stimer());
+        self.timers.set(Timer::Stimer, now + s.stimer());
     }
 
     pub fn poll_transmit(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
@@ -1286,8 +1291,7 @@ impl Connection {
             first_tx: now,
             deadline,
         };
-        self.timers
-            .set(Timer::ReliableAck as usize, now + self.rtt.rto());
+        self.timers.set(Timer::ReliableAck, now + self.rtt.rto());
         self.refresh_stimer(now, ctx.s);
         ctx.stats.reliable_acks_sent += 1;
         Some(seg)
@@ -1334,7 +1338,7 @@ impl Connection {
             Flags::NONE
         };
         ctx.stats.retransmissions += 1;
-        if self.timers.get(Timer::Retransmit as usize).is_none() {
+        if self.timers.get(Timer::Retransmit).is_none() {
             self.arm_rto(now, ctx.s);
         }
         Some(self.emit(
@@ -1417,7 +1421,7 @@ impl Connection {
             self.snd.max = self.snd.nxt;
         }
         self.refresh_stimer(now, ctx.s);
-        if self.timers.get(Timer::Retransmit as usize).is_none() {
+        if self.timers.get(Timer::Retransmit).is_none() {
             self.arm_rto(now, ctx.s);
         }
         ctx.stats.bytes_sent += len as u64;

@@ -10,7 +10,9 @@
 //!                 ─► poll_transmit / poll_event / accept / read / timers
 //! ```
 //!
-//! Not a stable API: hidden from the docs, for fuzzing and tests only.
+//! Not a stable API: hidden from the docs, for fuzzing and tests only, and
+//! compiled only with the `fuzzing` feature (enabled by `fuzz/Cargo.toml`
+//! and by this crate's dev-dependency on itself).
 
 use crate::config::{Config, WallClock};
 use crate::endpoint::{Endpoint, Event};

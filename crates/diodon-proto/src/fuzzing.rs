@@ -13,7 +13,9 @@
 //!              ──► fec()       k, m, L, erasures ─► encode ─► erase ≤ m ─► decode == source
 //! ```
 //!
-//! Not a stable API: hidden from the docs, for the fuzz targets and tests only.
+//! Not a stable API: hidden from the docs, for the fuzz targets and tests
+//! only, and compiled only with the `fuzzing` feature (enabled by
+//! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};
@@ -590,6 +592,8 @@ impl RxHarness {
 
     /// Drains events and checks every invariant.
     fn check(&mut self) {
+        self.receiver.check_timers();
+        self.sender.check_timers();
         while let Some(event) = self.receiver.poll_event() {
             self.on_event(event);
         }

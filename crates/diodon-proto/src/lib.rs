@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fec;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]
@@ -30,8 +31,10 @@ pub mod time;
 pub mod types;
 pub mod wire;
 
-pub use receiver::{Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats};
+pub use receiver::{
+    Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
+};
 pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
-pub use time::{TimerTable, Timestamp};
+pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

@@ -21,6 +21,12 @@
 //! [`Receiver::poll_timeout`] passes, call [`Receiver::handle_timeout`] and
 //! drain events again.
 //!
+//! Timers: `LinkSilent` and session expiry in a [`TimerTable`]; each
+//! channel's next deadline (its next loss check or its expiry 2Δt after it
+//! was last heard) in a queue keyed by deadline ([`crate::time::Deadlines`]),
+//! re-armed after every datagram of the channel. `poll_timeout` and
+//! `handle_timeout` touch only the channels that are due.
+//!
 //! A block is declared lost only when the sender has provably moved past it
 //! (a symbol of a later interleave group, the trailer, or the beacon's
 //! channel table) *and* a reorder grace has passed since; the loss fails its
@@ -29,13 +35,14 @@
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
-use crate::time::{TimerTable, Timestamp};
+use crate::time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 use crate::types::{ChannelId, SessionId};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
     SymbolRepr, TrailerRepr, TrailerStatus, WireError,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Receiver settings.
@@ -110,8 +117,49 @@ pub enum FailReason {
     /// Too many channels or too many buffered bytes.
     ResourceLimit,
     /// The application refused the channel (see [`Receiver::reject_channel`]).
-    Rejected(String),
+    Rejected(Rejection),
 }
+
+/// Why the application gave a channel up: its own typed error, which the
+/// core passes through to [`FailReason::Rejected`] without interpreting it
+/// ([`Rejection::downcast_ref`] recovers it). Any `std::error::Error`
+/// converts into one.
+#[derive(Clone)]
+pub struct Rejection(Arc<dyn std::error::Error + Send + Sync>);
+
+impl Rejection {
+    /// The application's error, if it is an `E`.
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for Rejection {
+    fn from(e: E) -> Self {
+        Rejection(Arc::new(e))
+    }
+}
+
+impl std::fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+/// Two rejections are equal when they are the same error or say the same.
+impl PartialEq for Rejection {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for Rejection {}
 
 impl std::fmt::Display for FailReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -500,6 +548,15 @@ impl ChannelRx {
     fn all_sent_blocks_delivered(&self) -> bool {
         self.next_block >= self.progress
     }
+
+    /// When `handle_timeout` has work for this channel: its next loss check
+    /// or its expiry (`expiry` = 2Δt after it was last heard).
+    fn deadline(&self, expiry: Duration) -> Timestamp {
+        let silent = self.last_heard + expiry;
+        self.loss_checks
+            .front()
+            .map_or(silent, |(_, t)| silent.min(*t))
+    }
 }
 
 #[derive(Debug)]
@@ -508,16 +565,25 @@ struct SessionRx {
     window: SeqWindow,
     min_offset: Option<u32>,
     channels: HashMap<ChannelId, ChannelRx>,
+    /// `ChannelRx::deadline` of every channel, keyed by deadline.
+    channel_due: Deadlines<ChannelId>,
     ended: HashSet<ChannelId>,
     last_heard: Timestamp,
     beacon: Option<BeaconRepr>,
     mismatches: HashSet<u8>,
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Timer {
-    Silence = 0,
-    SessionExpiry = 1,
+    Silence,
+    SessionExpiry,
+}
+
+impl TimerSlot for Timer {
+    const COUNT: usize = 2;
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 const RETIRED_SESSIONS: usize = 1024;
@@ -529,7 +595,7 @@ pub struct Receiver {
     session: Option<SessionRx>,
     retired: VecDeque<SessionId>,
     retired_missing: u64,
-    timers: TimerTable<2>,
+    timers: TimerTable<Timer>,
     silent: bool,
     last_heard: Timestamp,
     buffered: usize,
@@ -544,7 +610,7 @@ impl Receiver {
     /// A receiver waiting for its first session, started at `now`.
     pub fn new(config: ReceiverConfig, now: Timestamp) -> Self {
         let mut timers = TimerTable::default();
-        timers.set(Timer::Silence as usize, now + config.silence_timeout);
+        timers.set(Timer::Silence, now + config.silence_timeout);
         Receiver {
             config,
             session: None,
@@ -608,31 +674,49 @@ impl Receiver {
     /// Fails a channel on the application's behalf (a hostile name, a full
     /// disk, a destination that refused the connection). Later datagrams of
     /// the channel are counted as late and dropped.
-    pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<String>) {
+    pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<Rejection>) {
         self.fail_channel(channel, FailReason::Rejected(why.into()));
     }
 
-    /// Earliest time `handle_timeout` has work.
+    /// Earliest time `handle_timeout` has work (the channels' deadlines are
+    /// keyed by time: no scan over the channels).
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        let mut next = self.timers.next();
-        if let Some(s) = &self.session {
-            let expiry = 2 * self.config.delta_t;
-            for ch in s.channels.values() {
-                let t = ch.last_heard + expiry;
-                next = Some(next.map_or(t, |n| n.min(t)));
-                if let Some((_, t)) = ch.loss_checks.front() {
-                    next = Some(next.map_or(*t, |n| n.min(*t)));
-                }
-            }
+        let next = self.timers.next();
+        match self.session.as_ref().and_then(|s| s.channel_due.next()) {
+            Some(t) => Some(next.map_or(t, |n| n.min(t))),
+            None => next,
         }
-        next
+    }
+
+    /// Panics unless every channel's entry in the deadline queue equals the
+    /// deadline a scan over the channels computes (for the fuzzing entry
+    /// points, which call it after every input).
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn check_timers(&self) {
+        let Some(s) = &self.session else { return };
+        let expiry = 2 * self.config.delta_t;
+        assert_eq!(
+            s.channel_due.len(),
+            s.channels.len(),
+            "one deadline per channel"
+        );
+        for (id, ch) in &s.channels {
+            assert_eq!(
+                s.channel_due.get(*id),
+                Some(ch.deadline(expiry)),
+                "channel {id}"
+            );
+        }
+        let scan = s.channels.values().map(|ch| ch.deadline(expiry)).min();
+        assert_eq!(s.channel_due.next(), scan, "earliest channel deadline");
     }
 
     /// Runs the timers due at `now`: loss verdicts after the reorder grace,
     /// channel and session expiry after 2Δt of silence, `LinkSilent`.
     /// Calling it twice at the same `now` does nothing the second time.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        if self.timers.take_expired(Timer::Silence as usize, now) && !self.silent {
+        if self.timers.take_expired(Timer::Silence, now) && !self.silent {
             self.silent = true;
             self.events.push_back(Event::LinkSilent {
                 last_heard: self.last_heard,
@@ -641,20 +725,25 @@ impl Receiver {
         let expiry = 2 * self.config.delta_t;
         let mut failures: Vec<(ChannelId, FailReason)> = Vec::new();
         if let Some(s) = &mut self.session {
-            for (id, ch) in &mut s.channels {
+            for id in s.channel_due.take_due(now) {
+                let Some(ch) = s.channels.get_mut(&id) else {
+                    continue;
+                };
                 let mut limit = None;
                 while ch.loss_checks.front().is_some_and(|(_, t)| *t <= now) {
                     limit = ch.loss_checks.pop_front().map(|(p, _)| p);
                 }
                 if let Some(limit) = limit {
                     if let Some(lost) = first_lost(ch, limit) {
-                        failures.push((*id, lost));
+                        failures.push((id, lost));
                         continue;
                     }
                 }
                 if ch.last_heard + expiry <= now {
-                    failures.push((*id, silence_reason(ch)));
+                    failures.push((id, silence_reason(ch)));
+                    continue;
                 }
+                s.channel_due.set(id, Some(ch.deadline(expiry)));
             }
         }
         failures.sort_by_key(|(id, _)| *id);
@@ -664,7 +753,7 @@ impl Receiver {
             }
             self.fail_channel(id, reason);
         }
-        if self.timers.take_expired(Timer::SessionExpiry as usize, now) {
+        if self.timers.take_expired(Timer::SessionExpiry, now) {
             self.expire_session();
         }
     }
@@ -703,16 +792,23 @@ impl Receiver {
         s.last_heard = now;
         self.last_heard = now;
         self.timers
-            .set(Timer::Silence as usize, now + self.config.silence_timeout);
+            .set(Timer::Silence, now + self.config.silence_timeout);
         self.timers
-            .set(Timer::SessionExpiry as usize, now + 2 * self.config.delta_t);
+            .set(Timer::SessionExpiry, now + 2 * self.config.delta_t);
         if self.silent {
             self.silent = false;
             self.events.push_back(Event::LinkResumed);
         }
         let channel = repr.header.channel;
         match repr.body {
-            Body::Beacon(beacon) => self.on_beacon(now, beacon),
+            Body::Beacon(beacon) => {
+                let listed: Vec<ChannelId> = beacon.channels.iter().map(|e| e.channel).collect();
+                self.on_beacon(now, beacon);
+                for id in listed {
+                    self.rearm(id);
+                }
+                return;
+            }
             Body::Open(meta) => {
                 if let Some(ch) = self.channel_mut(now, channel) {
                     if ch.meta.is_none() {
@@ -733,6 +829,17 @@ impl Receiver {
                 self.stats.repair_symbols += 1;
                 self.on_symbol(now, channel, &sym);
             }
+        }
+        self.rearm(channel);
+    }
+
+    /// Keeps the channel's entry in `channel_due` equal to its deadline
+    /// (after a datagram changed when it was last heard or its loss checks).
+    fn rearm(&mut self, channel: ChannelId) {
+        let expiry = 2 * self.config.delta_t;
+        if let Some(s) = &mut self.session {
+            let at = s.channels.get(&channel).map(|ch| ch.deadline(expiry));
+            s.channel_due.set(channel, at);
         }
     }
 
@@ -791,6 +898,7 @@ impl Receiver {
             window: SeqWindow::new(repr.header.seq),
             min_offset: None,
             channels: HashMap::new(),
+            channel_due: Deadlines::default(),
             ended: HashSet::new(),
             last_heard: now,
             beacon: None,
@@ -818,7 +926,7 @@ impl Receiver {
             self.retired.push_back(s.id);
         }
         self.buffered = 0;
-        self.timers.stop(Timer::SessionExpiry as usize);
+        self.timers.stop(Timer::SessionExpiry);
     }
 
     fn expire_session(&mut self) {
@@ -858,6 +966,7 @@ impl Receiver {
     fn fail_channel(&mut self, channel: ChannelId, reason: FailReason) {
         let Some(s) = &mut self.session else { return };
         let existed = s.channels.remove(&channel);
+        s.channel_due.set(channel, None);
         if existed.is_none() && s.ended.contains(&channel) {
             return;
         }
@@ -1118,6 +1227,7 @@ impl Receiver {
                 // still be held: release them with the channel.
                 self.buffered -= ch.buffered;
                 s.channels.remove(&channel);
+                s.channel_due.set(channel, None);
                 s.ended.insert(channel);
                 self.stats.channels_complete += 1;
                 self.events.push_back(Event::ChannelComplete {

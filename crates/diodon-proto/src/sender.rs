@@ -17,11 +17,17 @@
 //! (or until the application has more data), call [`Sender::handle_timeout`],
 //! repeat. The sender never drops data: when its buffer is full `write`
 //! accepts fewer bytes (possibly zero) and the caller waits.
+//!
+//! Timers: the next beacon, the pacer's permission, and two queues keyed by
+//! deadline ([`crate::time::Deadlines`]): the spaced copies of control
+//! datagrams and each channel's partial-block flush. `poll_timeout` reads
+//! their earliest entries, so it costs the same with one open channel or
+//! ten thousand.
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
 use crate::pool::BufferPool;
-use crate::time::Timestamp;
+use crate::time::{Deadlines, Timestamp};
 use crate::types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     BeaconRepr, Body, ChannelEntry, ChannelMeta, ChannelState, DatagramRepr, Header, Integrity,
@@ -312,6 +318,8 @@ enum ControlBody {
 
 #[derive(Debug)]
 struct ControlItem {
+    /// Key of its `due_time` in `Sender::control_due`.
+    id: u64,
     channel: ChannelId,
     body: ControlBody,
     copies_left: u8,
@@ -342,6 +350,11 @@ pub struct Sender {
     /// Index into `active` of the group whose symbol goes next.
     turn: usize,
     control: VecDeque<ControlItem>,
+    /// `due_time` of every control item, by item id.
+    control_due: Deadlines<u64>,
+    next_control: u64,
+    /// `pending_since + flush_delay` of every channel with pending bytes.
+    flush_due: Deadlines<ChannelId>,
     recent: VecDeque<ChannelEntry>,
     pacer: Pacer,
     pace_wait: Option<Timestamp>,
@@ -377,6 +390,9 @@ impl Sender {
             active: Vec::new(),
             turn: 0,
             control: VecDeque::new(),
+            control_due: Deadlines::default(),
+            next_control: 0,
+            flush_due: Deadlines::default(),
             recent: VecDeque::new(),
             pace_wait: None,
             beacon_due: now,
@@ -465,13 +481,7 @@ impl Sender {
         }
         let id = ChannelId(self.next_channel);
         self.next_channel += 1;
-        self.control.push_back(ControlItem {
-            channel: id,
-            body: ControlBody::Open(meta),
-            copies_left: self.config.effective_control_copies(),
-            due_seq: 0,
-            due_time: Timestamp::ZERO,
-        });
+        self.push_control(id, ControlBody::Open(meta), 0);
         self.channels.insert(
             id,
             ChannelTx {
@@ -517,6 +527,7 @@ impl Sender {
         self.buffered += n;
         self.stats.bytes_accepted += n as u64;
         self.cut_groups(channel, now, false);
+        self.rearm_flush(channel);
         Ok(n)
     }
 
@@ -549,6 +560,7 @@ impl Sender {
         let Some(ch) = self.channels.remove(&channel) else {
             return Err(SendError::NotOpen(channel));
         };
+        self.flush_due.set(channel, None);
         self.buffered -= ch.pending.len();
         let mut freed = 0;
         let mut keep = |g: &Group| {
@@ -596,30 +608,64 @@ impl Sender {
         if let Some(t) = self.pace_wait {
             next = next.min(t);
         }
-        for item in &self.control {
-            next = next.min(item.due_time.max(floor));
+        // Keyed by deadline: the earliest control copy and partial-block
+        // flush without a scan over the queue or the channels.
+        if let Some(t) = self.control_due.next() {
+            next = next.min(t.max(floor));
         }
-        for ch in self.channels.values() {
-            if let Some(since) = ch.pending_since {
-                next = next.min(since + self.config.flush_delay);
-            }
+        if let Some(t) = self.flush_due.next() {
+            next = next.min(t);
         }
         Some(next)
     }
 
-    /// Processes timers due at `now` (flushes partial blocks). Idempotent.
+    /// Panics unless the deadline queues equal what a scan over the channels
+    /// and the control queue computes (for the fuzzing entry points).
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn check_timers(&self) {
+        let delay = self.config.flush_delay;
+        let pending = self.channels.values().filter(|c| c.pending_since.is_some());
+        assert_eq!(
+            self.flush_due.len(),
+            pending.count(),
+            "one flush per pending channel"
+        );
+        for (id, c) in &self.channels {
+            assert_eq!(
+                self.flush_due.get(*id),
+                c.pending_since.map(|t| t + delay),
+                "channel {id}"
+            );
+        }
+        assert_eq!(
+            self.control_due.len(),
+            self.control.len(),
+            "one deadline per control item"
+        );
+        for item in &self.control {
+            assert_eq!(
+                self.control_due.get(item.id),
+                Some(item.due_time),
+                "control item"
+            );
+        }
+        let scan = self.channels.values().filter_map(|c| c.pending_since).min();
+        assert_eq!(
+            self.flush_due.next(),
+            scan.map(|t| t + delay),
+            "earliest flush"
+        );
+        let scan = self.control.iter().map(|c| c.due_time).min();
+        assert_eq!(self.control_due.next(), scan, "earliest control copy");
+    }
+
+    /// Processes timers due at `now` (flushes partial blocks, in channel
+    /// order). Idempotent.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        let due: Vec<ChannelId> = self
-            .channels
-            .iter()
-            .filter(|(_, c)| {
-                c.pending_since
-                    .is_some_and(|s| s + self.config.flush_delay <= now)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in due {
+        for id in self.flush_due.take_due(now) {
             self.cut_groups(id, now, true);
+            self.rearm_flush(id);
         }
         if self.pace_wait.is_some_and(|t| t <= now) {
             self.pace_wait = None;
@@ -884,6 +930,7 @@ impl Sender {
         let Some(ch) = self.channels.remove(&channel) else {
             return;
         };
+        self.flush_due.set(channel, None);
         let digest = *ch.hasher.finalize().as_bytes();
         self.queue_control(
             channel,
@@ -910,11 +957,19 @@ impl Sender {
     }
 
     fn queue_control(&mut self, channel: ChannelId, body: ControlBody, _now: Timestamp) {
+        self.push_control(channel, body, self.seq);
+    }
+
+    fn push_control(&mut self, channel: ChannelId, body: ControlBody, due_seq: u64) {
+        let id = self.next_control;
+        self.next_control += 1;
+        self.control_due.set(id, Some(Timestamp::ZERO));
         self.control.push_back(ControlItem {
+            id,
             channel,
             body,
             copies_left: self.config.effective_control_copies(),
-            due_seq: self.seq,
+            due_seq,
             due_time: Timestamp::ZERO,
         });
     }
@@ -927,11 +982,13 @@ impl Sender {
         if item.copies_left > 0 {
             item.due_seq = self.seq + 1 + spacing;
             item.due_time = now + interval;
+            self.control_due.set(item.id, Some(item.due_time));
             return;
         }
         let Some(item) = self.control.remove(i) else {
             return;
         };
+        self.control_due.set(item.id, None);
         if let ControlBody::Trailer(t) = item.body {
             if t.status == TrailerStatus::Complete {
                 self.stats.channels_sent += 1;
@@ -1006,6 +1063,18 @@ impl Sender {
         } else {
             Some(now)
         };
+        self.rearm_flush(channel);
+    }
+
+    /// Keeps `flush_due` equal to the channel's `pending_since + flush_delay`.
+    fn rearm_flush(&mut self, channel: ChannelId) {
+        let delay = self.config.flush_delay;
+        let at = self
+            .channels
+            .get(&channel)
+            .and_then(|c| c.pending_since)
+            .map(|since| since + delay);
+        self.flush_due.set(channel, at);
     }
 
     fn encode_block(

@@ -78,7 +78,8 @@ impl IpVersion {
 }
 
 /// Shard length of full blocks, in bytes: even (the erasure code works on
-/// 16-bit words) and at most 65000.
+/// 16-bit words) and at most 65000. `SymbolSize::for_mtu` is defined in
+/// [`crate::wire`], which knows the header lengths (this module is a leaf).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct SymbolSize(u16);
 
@@ -89,16 +90,6 @@ impl SymbolSize {
             return Err(ConfigError::SymbolSize(bytes));
         }
         Ok(SymbolSize(bytes as u16))
-    }
-
-    /// The largest symbol whose datagram fits the path MTU without IP
-    /// fragmentation: MTU − IP/UDP headers − our header − tag, rounded down
-    /// to even.
-    pub fn for_mtu(mtu: usize, ip: IpVersion, tag_len: usize) -> Result<Self, ConfigError> {
-        let overhead =
-            ip.overhead() + crate::wire::HEADER_LEN + crate::wire::SYMBOL_HEADER_LEN + tag_len;
-        let room = mtu.checked_sub(overhead).ok_or(ConfigError::Mtu(mtu))?;
-        Self::new(room & !1).map_err(|_| ConfigError::Mtu(mtu))
     }
 
     /// Bytes.

@@ -21,7 +21,7 @@
 //! All integers are big-endian. The tag covers every byte before it. After
 //! [`Packet::check_len`] succeeds no accessor panics.
 
-use crate::types::{ChannelId, SessionId};
+use crate::types::{ChannelId, ConfigError, IpVersion, SessionId, SymbolSize};
 use thiserror::Error;
 
 /// Protocol version carried in byte 0.
@@ -813,6 +813,17 @@ impl Body<'_> {
             Body::Open(m) => m.body_len(),
             Body::Trailer(_) => TRAILER_LEN,
         }
+    }
+}
+
+impl SymbolSize {
+    /// The largest symbol whose datagram fits the path MTU without IP
+    /// fragmentation: MTU − IP/UDP headers − our header − tag, rounded down
+    /// to even.
+    pub fn for_mtu(mtu: usize, ip: IpVersion, tag_len: usize) -> Result<Self, ConfigError> {
+        let overhead = ip.overhead() + HEADER_LEN + SYMBOL_HEADER_LEN + tag_len;
+        let room = mtu.checked_sub(overhead).ok_or(ConfigError::Mtu(mtu))?;
+        Self::new(room & !1).map_err(|_| ConfigError::Mtu(mtu))
     }
 }
 

@@ -203,3 +203,125 @@ fn poll_timeout_is_the_minimum_of_armed_timers() {
     // A new sender owes its first beacon now.
     assert_eq!(s.poll_timeout(), Some(t0));
 }
+
+/// Channel count of the many-channel tests: the deadlines are keyed by time,
+/// so each step below costs the same with 10,000 channels as with one.
+const MANY: u32 = 10_000;
+
+/// The order in which the many-channel tests touch their channels: a
+/// permutation of `1..=MANY` that is neither id order nor hash order.
+fn shuffled(p: u32) -> u32 {
+    (p * 7919) % MANY + 1
+}
+
+#[test]
+fn ten_thousand_receiver_channels_expire_each_at_its_own_deadline_in_order() {
+    let t0 = Timestamp::from_millis(10);
+    let cfg = SenderConfig {
+        repair: RepairRatio::percent(0).unwrap(),
+        control_copies: 1,
+        beacon_interval: Duration::from_secs(3600),
+        ..SenderConfig::default()
+    };
+    let mut s = Sender::new(cfg, SessionId(6), t0).unwrap();
+    for _ in 0..MANY {
+        s.open_channel(ChannelMeta::file("f", 1)).unwrap();
+    }
+    let mut buf = vec![0u8; 65_536];
+    let mut opens = std::collections::HashMap::new();
+    while let Some(n) = s.poll_transmit(t0, &mut buf) {
+        let d = buf[..n].to_vec();
+        let p = diodon_proto::wire::parse_datagram(&d, &Integrity::Crc32c).unwrap();
+        if matches!(p.body, diodon_proto::wire::Body::Open(_)) {
+            opens.insert(p.header.channel.0, d);
+        }
+    }
+    assert_eq!(opens.len(), MANY as usize);
+    let expiry = 2 * config().delta_t;
+    let mut r = Receiver::new(
+        ReceiverConfig {
+            max_channels: MANY as usize,
+            silence_timeout: Duration::from_secs(60),
+            ..config()
+        },
+        t0,
+    );
+    let heard = |p: u32| t0 + Duration::from_micros(u64::from(p));
+    for p in 0..MANY {
+        r.handle_datagram(heard(p), &opens[&shuffled(p)]);
+    }
+    let opened = events(&mut r);
+    assert_eq!(opened.len(), 1 + MANY as usize, "session + every channel");
+    assert_eq!(r.open_channels(), MANY as usize);
+    for p in 0..MANY {
+        let due = heard(p) + expiry;
+        assert_eq!(r.poll_timeout(), Some(due), "earliest deadline at step {p}");
+        r.handle_timeout(due - NS);
+        assert_eq!(events(&mut r), vec![], "nothing before {due:?}");
+        r.handle_timeout(due);
+        let mut expected = vec![Event::ChannelFailed {
+            channel: diodon_proto::ChannelId(shuffled(p)),
+            reason: FailReason::TimedOut,
+        }];
+        if p == MANY - 1 {
+            expected.push(Event::SessionExpired {
+                session: SessionId(6),
+            });
+        }
+        assert_eq!(events(&mut r), expected, "step {p}");
+        r.handle_timeout(due);
+        assert_eq!(events(&mut r), vec![], "idempotent at step {p}");
+        assert_eq!(r.open_channels(), (MANY - 1 - p) as usize);
+    }
+    assert_eq!(r.stats().channels_failed, u64::from(MANY));
+}
+
+#[test]
+fn ten_thousand_sender_channels_flush_each_at_its_own_deadline_in_order() {
+    let t0 = Timestamp::from_millis(10);
+    let cfg = SenderConfig {
+        repair: RepairRatio::percent(0).unwrap(),
+        control_copies: 1,
+        beacon_interval: Duration::from_secs(3600),
+        ..SenderConfig::default()
+    };
+    let flush = cfg.flush_delay;
+    let mut s = Sender::new(cfg, SessionId(8), t0).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let channels: Vec<_> = (0..MANY)
+        .map(|_| s.open_channel(ChannelMeta::file("f", 1)).unwrap())
+        .collect();
+    let written = |p: u32| t0 + Duration::from_micros(u64::from(p));
+    for p in 0..MANY {
+        let ch = channels[shuffled(p) as usize - 1];
+        assert_eq!(s.write(written(p), ch, b"x"), Ok(1));
+    }
+    let end = written(MANY);
+    let mut sent = 0;
+    while s.poll_transmit(end, &mut buf).is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, 1 + MANY, "the beacon and every channel-open");
+    for p in 0..MANY {
+        let due = written(p) + flush;
+        assert_eq!(s.poll_timeout(), Some(due), "earliest flush at step {p}");
+        s.handle_timeout(due - NS);
+        assert_eq!(
+            s.poll_transmit(due - NS, &mut buf),
+            None,
+            "nothing before {due:?}"
+        );
+        s.handle_timeout(due);
+        s.handle_timeout(due);
+        let n = s.poll_transmit(due, &mut buf).expect("the flushed block");
+        let d = diodon_proto::wire::parse_datagram(&buf[..n], &Integrity::Crc32c).unwrap();
+        assert_eq!(d.header.channel.0, shuffled(p), "step {p}");
+        assert!(matches!(d.body, diodon_proto::wire::Body::Data(_)));
+        assert_eq!(
+            s.poll_transmit(due, &mut buf),
+            None,
+            "one block at step {p}"
+        );
+    }
+    assert_eq!(s.stats().data_symbols, u64::from(MANY));
+}

@@ -21,15 +21,16 @@ mod recv;
 mod relay;
 mod send;
 mod stats;
+mod stop;
 mod trial;
+mod values;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
 use fatal::Fatal;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use stop::stop_flag;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -66,20 +67,4 @@ fn init_logging(format: LogFormat) {
             .with_ansi(std::io::stderr().is_terminal())
             .init(),
     }
-}
-
-/// Sets the returned flag on SIGINT/SIGTERM; a second signal exits at once.
-pub fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = Arc::clone(&stop);
-    let first = Arc::new(AtomicBool::new(true));
-    let _ = ctrlc::set_handler(move || {
-        if first.swap(false, Ordering::SeqCst) {
-            eprintln!("diodon: stopping (again to force)");
-            s.store(true, Ordering::SeqCst);
-        } else {
-            std::process::exit(130);
-        }
-    });
-    stop
 }

@@ -9,7 +9,8 @@
 use crate::args::RecvArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
-use crate::{progress, stop_flag};
+use crate::progress;
+use crate::stop::stop_flag;
 use anyhow::anyhow;
 use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;

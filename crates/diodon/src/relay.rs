@@ -6,7 +6,7 @@
 //!  relay --tun NAME --ns-a X --ns-b Y   IP: TUN NAME in namespace X ◀──▶ TUN NAME in namespace Y
 //! ```
 
-use crate::args::parse_duration;
+use crate::values::parse_duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use diodon_apps::report::Exit;

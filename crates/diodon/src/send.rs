@@ -9,7 +9,8 @@
 use crate::args::SendArgs;
 use crate::config::{ip_version, pick, FileConfig, Link};
 use crate::fatal::Fatal;
-use crate::{progress, stop_flag};
+use crate::progress;
+use crate::stop::stop_flag;
 use anyhow::{anyhow, Context};
 use diodon_apps::files::collect;
 use diodon_apps::gateway::{run_send, MetricsOptions, SendInput, SendJob};

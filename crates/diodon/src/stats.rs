@@ -73,7 +73,7 @@ pub fn run(a: &StatsArgs) -> Result<Exit, Fatal> {
             "--watch needs a positive number of seconds"
         )));
     }
-    let stop = crate::stop_flag();
+    let stop = crate::stop::stop_flag();
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) && a.count.is_none_or(|c| n < c) {
         std::thread::sleep(Duration::from_secs_f64(secs));

@@ -1,0 +1,207 @@
+//! Why a sink refuses a channel ([`Refusal`], decided on the decoder thread
+//! by `Sink::admit`) or gives one up ([`SinkFailure`], on the writer
+//! thread). Both are typed; both reach the core through
+//! `Receiver::reject_channel` and come back in `FailReason::Rejected`, and
+//! their text is what the verdict and the quarantine `.reason` file say.
+//!
+//! ```text
+//!  decoder: admit(meta) ─ Err(Refusal) ─► reject_channel ─► SinkEvent::Refused
+//!  writer:  handle(ev)  ─ Err(SinkError { why: SinkFailure }) ─► reject_channel
+//! ```
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use diodon_proto::ChannelKind;
+
+use crate::names::NameError;
+
+/// Why a channel is not acceptable to a sink (name or kind).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The name is not a safe relative path.
+    #[error("unsafe name: {0}")]
+    UnsafeName(#[from] NameError),
+    /// A datagram channel reached a sink for byte streams.
+    #[error("a datagram channel (UDP flow) needs a --udp-forward receiver")]
+    DatagramsNeedUdpForward,
+    /// A byte stream reached the UDP forwarder.
+    #[error("--udp-forward takes only datagram channels, not {0:?}")]
+    NotDatagrams(ChannelKind),
+}
+
+/// A file operation of the file sink (the text before `: <OS error>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileOp {
+    /// Creating the staging file.
+    CreateStaging,
+    /// Writing to the staging file.
+    Write,
+    /// fsync before the rename.
+    Fsync,
+    /// Setting the permissions.
+    Chmod,
+    /// Setting the modification time.
+    SetMtime,
+    /// Renaming into place.
+    Rename,
+}
+
+impl fmt::Display for FileOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FileOp::CreateStaging => "cannot create staging file",
+            FileOp::Write => "write",
+            FileOp::Fsync => "fsync",
+            FileOp::Chmod => "chmod",
+            FileOp::SetMtime => "set mtime",
+            FileOp::Rename => "rename",
+        })
+    }
+}
+
+/// Why a sink gave a channel up.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SinkFailure {
+    /// The channel was refused on opening (the file sink quarantines it).
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    /// A file operation failed.
+    #[error("{op}: {source}")]
+    File {
+        /// Which.
+        op: FileOp,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// The staging file is missing.
+    #[error("no staging file")]
+    NoStagingFile,
+    /// Bytes arrived at another offset than the next one.
+    #[error("data at offset {offset}, expected {expected}")]
+    OutOfOrder {
+        /// Offset of the data.
+        offset: u64,
+        /// Bytes written so far.
+        expected: u64,
+    },
+    /// The bytes written differ from the channel's length.
+    #[error("wrote {written} bytes, channel has {bytes}")]
+    Length {
+        /// Written.
+        written: u64,
+        /// The channel's length.
+        bytes: u64,
+    },
+    /// The name could not be made a safe path.
+    #[error("unsafe name")]
+    UnsafeName,
+    /// The destination has no parent directory.
+    #[error("no parent directory")]
+    NoParent,
+    /// The destination is a directory.
+    #[error("{} is a directory", .0.display())]
+    IsADirectory(PathBuf),
+    /// A directory on the way is a symlink.
+    #[error("{} is a symlink: refusing to follow it", .0.display())]
+    Symlink(PathBuf),
+    /// Something on the way exists and is not a directory.
+    #[error("{} exists and is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// A directory on the way could not be created.
+    #[error("mkdir {}: {source}", path.display())]
+    Mkdir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// A directory on the way could not be examined.
+    #[error("{}: {source}", path.display())]
+    Examine {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// stdout already carries another channel.
+    #[error("stdout is busy with another channel")]
+    StdoutBusy,
+    /// Writing to stdout failed.
+    #[error("stdout: {0}")]
+    Stdout(Arc<io::Error>),
+    /// Connecting to the TCP destination failed.
+    #[error("connect {dest}: {source}")]
+    Connect {
+        /// Destination.
+        dest: String,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// Writing to the TCP destination failed.
+    #[error("write {dest}: {source}")]
+    WriteTo {
+        /// Destination.
+        dest: String,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// The UDP socket towards the destination could not be made.
+    #[error("socket for {dest}: {source}")]
+    Socket {
+        /// Destination.
+        dest: String,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// Sending to the UDP destination failed.
+    #[error("send to {dest}: {source}")]
+    SendTo {
+        /// Destination.
+        dest: String,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+}
+
+impl SinkFailure {
+    /// A failed file operation.
+    pub fn file(op: FileOp) -> impl FnOnce(io::Error) -> SinkFailure {
+        move |e| SinkFailure::File {
+            op,
+            source: Arc::new(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diodon_proto::{FailReason, Rejection};
+
+    #[test]
+    fn texts_are_the_reports_and_the_core_keeps_the_type() {
+        let refusal = Refusal::NotDatagrams(ChannelKind::File);
+        assert_eq!(
+            refusal.to_string(),
+            "--udp-forward takes only datagram channels, not File"
+        );
+        let failure = SinkFailure::Connect {
+            dest: "10.0.0.1:9".into(),
+            source: Arc::new(io::Error::from(io::ErrorKind::ConnectionRefused)),
+        };
+        assert!(failure.to_string().starts_with("connect 10.0.0.1:9: "));
+        let reason = FailReason::Rejected(Rejection::from(refusal.clone()));
+        assert_eq!(
+            reason.to_string(),
+            "rejected: --udp-forward takes only datagram channels, not File"
+        );
+        let FailReason::Rejected(r) = reason else {
+            unreachable!()
+        };
+        assert_eq!(r.downcast_ref::<Refusal>(), Some(&refusal));
+        assert!(r.downcast_ref::<SinkFailure>().is_none());
+    }
+}

@@ -1,0 +1,22 @@
+//! The stop flag of a running command: set by the first SIGINT/SIGTERM, so
+//! pipelines end cleanly; a second signal exits at once. A leaf module
+//! (`main` and every command use it, it uses none of them).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Sets the returned flag on SIGINT/SIGTERM; a second signal exits at once.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let first = Arc::new(AtomicBool::new(true));
+    let _ = ctrlc::set_handler(move || {
+        if first.swap(false, Ordering::SeqCst) {
+            eprintln!("diodon: stopping (again to force)");
+            s.store(true, Ordering::SeqCst);
+        } else {
+            std::process::exit(130);
+        }
+    });
+    stop
+}
