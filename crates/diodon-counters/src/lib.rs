@@ -11,7 +11,7 @@
 //!        ├──► prometheus::render   HELP/TYPE/sample lines, names by convention
 //!        ├──► Snapshot (serde)     {"field": value, …} in the JSON summaries
 //!        ├──► columns()            CSV headers and cells of the trial harness
-//!        └──► delta()              what changed between two snapshots
+//!        └──► delta()              what changed between two snapshots (typed or as a map)
 //! ```
 //!
 //! Metric names follow the Prometheus conventions: `PREFIX_SUBSYSTEM_NAME`,
@@ -128,6 +128,13 @@ pub trait CounterSet {
     const DESCS: &'static [Desc];
     /// Calls `f` with each declaration and its current value, in order.
     fn for_each(&self, f: &mut dyn FnMut(&'static Desc, u64));
+    /// `self - earlier`, field by field, saturating at 0 (a counter that was
+    /// reset or wrapped reads 0, never a huge number); the typed twin of
+    /// [`Snapshot::delta`].
+    #[must_use]
+    fn delta(&self, earlier: &Self) -> Self
+    where
+        Self: Sized;
     /// A plain map `field → value` (for JSON, CSV and deltas).
     fn snapshot(&self) -> Snapshot {
         let mut values = BTreeMap::new();
@@ -233,6 +240,11 @@ macro_rules! counters {
                     }
                 )*
             }
+            fn delta(&self, earlier: &Self) -> Self {
+                $name {
+                    $( $field: self.$field.saturating_sub(earlier.$field), )*
+                }
+            }
         }
     };
     (@kind counter) => { $crate::Kind::Counter };
@@ -298,6 +310,7 @@ mod tests {
         let d = later.snapshot().delta(&t.snapshot());
         assert_eq!(d.get("in_datagrams"), 4);
         assert_eq!(d.get("delivered"), 0, "a reset saturates");
+        assert_eq!(later.delta(&t).snapshot(), d, "typed and map deltas agree");
         assert_eq!(
             serde_json::to_string(&t.snapshot()).unwrap(),
             r#"{"delivered":2,"in_datagrams":1,"level":3,"rx_bytes":4}"#
