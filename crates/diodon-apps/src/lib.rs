@@ -20,16 +20,22 @@
 //! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
 //! sanitizer), [`files`] (file source and the staging/verify/rename sink),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
-//! channels).
+//! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
+//! [`guard`] (the nftables one-way guard of a diode host, run through
+//! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
+//! guard and a running Diodon's counters, with deltas).
 
 pub mod files;
 pub mod gateway;
+pub mod guard;
 pub mod link;
 pub mod metrics;
 pub mod names;
+pub mod nft;
 pub mod recv;
 pub mod report;
 pub mod send;
+pub mod stats;
 pub mod stream;
 pub mod udp_flow;
 

@@ -14,11 +14,8 @@
 //! needs root for namespaces; pure parts (ruleset text, JSON parsing, CSV,
 //! summaries) are unit-tested without it.
 
-pub mod guard;
-pub mod nft;
 pub mod plan;
 pub mod recovery;
 pub mod report;
 pub mod resume;
-pub mod stats;
 pub mod trial;

@@ -23,8 +23,8 @@
 //! A process is identified by PID *and* its start time (`/proc/PID/stat`
 //! field 22), so a recycled PID is never mistaken for the run.
 
-use crate::guard;
 use crate::trial::{kill, read_rmem, testbed_down, write_rmem};
+use diodon_apps::guard;
 use std::fmt::Write as _;
 use std::fs;
 use std::io;

@@ -47,12 +47,12 @@
 //! namespaces are left as they were found. Without `link.guard` the
 //! datagram columns come from the operator's guard, if one is loaded.
 
-use crate::guard::{self, GuardSpec, Role};
-use crate::nft::{run as run_tool, ToolError};
 use crate::plan::{Content, DiodonRcvbuf, Plan, PlanError, Tool};
 use crate::recovery::{self, Record, RecoveryError, RunRecord};
 use crate::resume::{Journal, ResumeError, TrialKey};
-use crate::stats::{Snapshot, StatsError, Target};
+use diodon_apps::guard::{self, GuardSpec, Role};
+use diodon_apps::nft::{run as run_tool, ToolError};
+use diodon_apps::stats::{Snapshot, StatsError, Target};
 use diodon_io::netns::spawn_in;
 use sha2::{Digest, Sha256};
 use socket2::{Domain, Socket, Type};
@@ -518,7 +518,7 @@ impl Ends {
                     "network namespace {ns:?} (plan [link] tx_ns / rx_ns) does not exist"
                 )));
             }
-            crate::stats::read_link(Some(ns.as_str()), iface).map_err(|e| {
+            diodon_apps::stats::read_link(Some(ns.as_str()), iface).map_err(|e| {
                 TrialError::Missing(format!("interface {iface:?} in namespace {ns:?}: {e}"))
             })?;
         }
@@ -1245,7 +1245,7 @@ impl TrialCtx<'_> {
         let core = |k: &str| summary.as_ref().and_then(|s| s["core"][k].as_u64());
         let link_tx = dtx.link.unwrap_or_default();
         let link_rx = drx.link.unwrap_or_default();
-        let corrupt = drx.udp.InCsumErrors + core("bad_check").unwrap_or(0);
+        let corrupt = drx.udp.in_csum_errors + core("bad_check").unwrap_or(0);
         Ok(Row {
             config: c.clone(),
             bitrate,
@@ -1262,13 +1262,13 @@ impl TrialCtx<'_> {
             tx_errors: link_tx.tx_errors,
             tx_dropped: link_tx.tx_dropped,
             rx_errors: link_rx.rx_errors,
-            rx_dropped: link_rx.rx_dropped + link_rx.rx_missed,
-            snmp_out_datagrams: dtx.udp.OutDatagrams,
-            snmp_sndbuf_errors: dtx.udp.SndbufErrors,
-            snmp_in_datagrams: drx.udp.InDatagrams,
-            snmp_in_errors: drx.udp.InErrors,
-            snmp_rcvbuf_errors: drx.udp.RcvbufErrors,
-            snmp_reasm_fails: drx.ip.ReasmFails,
+            rx_dropped: link_rx.rx_dropped + link_rx.rx_missed_errors,
+            snmp_out_datagrams: dtx.udp.out_datagrams,
+            snmp_sndbuf_errors: dtx.udp.sndbuf_errors,
+            snmp_in_datagrams: drx.udp.in_datagrams,
+            snmp_in_errors: drx.udp.in_errors,
+            snmp_rcvbuf_errors: drx.udp.rcvbuf_errors,
+            snmp_reasm_fails: drx.ip.reasm_fails,
             missing: core("missing"),
             recovered: core("recovered_symbols"),
             socket_drops: summary.as_ref().and_then(|s| s["socket"]["drops"].as_u64()),

@@ -364,20 +364,20 @@ fn stats_deltas_match_datagrams_sent() {
     let rx = delta(rx_watch);
     let tx = delta(tx_watch);
     eprintln!("rx delta {rx}\ntx delta {tx}");
-    assert_eq!(rx["udp"]["InDatagrams"], N);
-    assert_eq!(rx["udp"]["RcvbufErrors"], 0);
-    assert_eq!(rx["udp"]["InErrors"], 0);
+    assert_eq!(rx["udp"]["in_datagrams"], N);
+    assert_eq!(rx["udp"]["rcvbuf_errors"], 0);
+    assert_eq!(rx["udp"]["in_errors"], 0);
     assert_eq!(rx["guard"]["accepted"]["packets"], N);
     assert!(rx["link"]["rx_packets"].as_u64().unwrap() >= N);
-    assert_eq!(tx["udp"]["OutDatagrams"], N);
-    assert_eq!(tx["udp"]["SndbufErrors"], 0);
+    assert_eq!(tx["udp"]["out_datagrams"], N);
+    assert_eq!(tx["udp"]["sndbuf_errors"], 0);
     assert_eq!(tx["guard"]["accepted"]["packets"], N);
     assert!(tx["link"]["tx_packets"].as_u64().unwrap() >= N);
 
     // Plain one-shot snapshot, human format.
     let out = tb.diodon(&["stats", "--ns", &tb.ns("rx"), "--if", "rx0"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("udp   InDatagrams"), "{text}");
+    assert!(text.contains("udp   in_datagrams"), "{text}");
     assert!(text.contains("link  rx0"), "{text}");
     assert!(text.contains("guard accepted"), "{text}");
 }
@@ -939,10 +939,10 @@ impl Drop for LoopbackReceiver {
     }
 }
 
-fn counter(v: &Value, name: &str) -> u64 {
-    v["diodon"]["counters"][name]
+fn counter(v: &Value, subsystem: &str, field: &str) -> u64 {
+    v["diodon"]["counters"][subsystem][field]
         .as_u64()
-        .unwrap_or_else(|| panic!("no Diodon counter {name} in {v}"))
+        .unwrap_or_else(|| panic!("no Diodon counter {subsystem}.{field} in {v}"))
 }
 
 /// `diodon stats --diodon ADDR` against a real receiver on loopback: a paced
@@ -969,15 +969,15 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
     eprintln!("sender {sent}\ndelta {delta}");
     let n = sent["core"]["datagrams_sent"].as_u64().unwrap();
     assert!(n > 2000, "{sent}");
-    assert_eq!(counter(&delta, "receiver_socket_datagrams"), n);
-    assert_eq!(counter(&delta, "receiver_accepted"), n);
-    assert_eq!(counter(&delta, "receiver_socket_drops"), 0);
-    assert_eq!(counter(&delta, "receiver_missing"), 0);
-    assert_eq!(counter(&delta, "receiver_blocks_lost"), 0);
-    assert_eq!(counter(&delta, "receiver_channels_complete"), 1);
-    assert_eq!(counter(&delta, "receiver_channels_failed"), 0);
-    assert_eq!(counter(&delta, "receiver_delivered_bytes"), 3_000_000);
-    assert_eq!(counter(&delta, "receiver_sessions"), 1);
+    assert_eq!(counter(&delta, "receiver_socket", "datagrams"), n);
+    assert_eq!(counter(&delta, "receiver", "accepted"), n);
+    assert_eq!(counter(&delta, "receiver_socket", "drops"), 0);
+    assert_eq!(counter(&delta, "receiver", "missing"), 0);
+    assert_eq!(counter(&delta, "receiver", "blocks_lost"), 0);
+    assert_eq!(counter(&delta, "receiver", "channels_complete"), 1);
+    assert_eq!(counter(&delta, "receiver", "channels_failed"), 0);
+    assert_eq!(counter(&delta, "receiver", "bytes_delivered"), 3_000_000);
+    assert_eq!(counter(&delta, "receiver", "sessions"), 1);
 
     // A second transfer moves the absolute counters on; the text view names them.
     let before = Command::new(BIN)
@@ -989,7 +989,9 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
     let line = format!("diodon {} receiver", rx.metrics);
     assert!(text.contains(&line), "{text}");
     assert!(text.contains(" channels_complete 1 "), "{text}");
-    assert!(text.contains(" socket_drops 0"), "{text}");
+    let socket = format!("diodon {} receiver_socket datagrams", rx.metrics);
+    assert!(text.contains(&socket), "{text}");
+    assert!(text.contains(" drops 0\n"), "{text}");
 
     // An endpoint nobody serves is an error (exit 3), not a silent zero.
     let gone = free_port("tcp");
@@ -1021,16 +1023,17 @@ fn stats_shows_a_running_diodons_socket_drops() {
         std::thread::sleep(Duration::from_millis(400));
     });
     eprintln!("delta {delta}");
-    let drops = counter(&delta, "receiver_socket_drops");
+    let drops = counter(&delta, "receiver_socket", "drops");
     assert!(drops > 0, "an 8 KiB buffer overflows: {delta}");
     // This (host) namespace's kernel counter includes ours.
     assert!(
-        delta["udp"]["RcvbufErrors"].as_u64().unwrap() >= drops,
+        delta["udp"]["rcvbuf_errors"].as_u64().unwrap() >= drops,
         "{delta}"
     );
-    assert!(counter(&delta, "receiver_missing") > 0, "{delta}");
+    assert!(counter(&delta, "receiver", "missing") > 0, "{delta}");
     assert_eq!(
-        counter(&delta, "receiver_channels_complete") + counter(&delta, "receiver_channels_failed"),
+        counter(&delta, "receiver", "channels_complete")
+            + counter(&delta, "receiver", "channels_failed"),
         1,
         "the file was decided: {delta}"
     );
