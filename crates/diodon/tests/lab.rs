@@ -700,7 +700,7 @@ fn trial_on_a_given_diode_leaves_it_and_the_operators_guard_as_found() {
         let ns = tb.ns(side);
         let trial_table = Command::new("ip")
             .args(["netns", "exec", &ns, "nft", "list", "table", "netdev"])
-            .arg(diodon_lab::trial::TRIAL_TABLE)
+            .arg(diodon_lab::diode::TRIAL_TABLE)
             .stderr(Stdio::null())
             .status()
             .unwrap();
