@@ -16,7 +16,8 @@
 //!  diode     both ends, guard specs, measuring points             ◄ plan
 //!  machine   rmem_*, testbed + guards (LinkUp), processes         ◄ plan, diode
 //!  recovery  what a run changes, recorded first; undone by the next ◄ machine
-//!  tools     one Program per measured tool: command lines, results ◄ plan, row, diode, machine
+//!  tools     one Program per measured tool (tools::{diodon, netcat, pydiode}, each over
+//!            the shared tools::program): command lines, results   ◄ plan, row, diode, machine
 //!  error     TrialError: what stops a run                          ◄ plan, diode, machine,
 //!                                                                    recovery, resume
 //!  measure   one trial: start, time, wait, verify, measure ─► Row  ◄ error, tools, testfile, ...

@@ -12,7 +12,7 @@
 //! prints), and its counters read through their declarations
 //! (`core_stats()`, `socket_counters()`), never by indexing untyped JSON.
 
-use super::{csv_safe, last_line, Program, Readout, Started, Trial};
+use super::program::{csv_safe, last_line, Program, Readout, Started, Trial};
 use crate::machine::ns_cmd;
 use crate::plan::{DiodonRcvbuf, Plan, Tool};
 use diodon_apps::report::RecvSummary;

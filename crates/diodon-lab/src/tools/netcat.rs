@@ -13,7 +13,7 @@
 //! that read (its bytes are lost before any socket): records of a power of
 //! two never straddle it.
 
-use super::{last_line, on_path, Program, Readout, Started, Trial};
+use super::program::{last_line, on_path, Program, Readout, Started, Trial};
 use crate::machine::ns_cmd;
 use crate::plan::{Plan, Tool};
 use socket2::{Domain, Socket, Type};

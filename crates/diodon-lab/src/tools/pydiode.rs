@@ -9,7 +9,7 @@
 //! Its datagrams (65,507 bytes) are larger than any MTU, so the IP layer
 //! fragments them: `snmp_ReasmFails` counts the ones that never reached UDP.
 
-use super::{last_line, on_path, Program, Readout, Started, Trial};
+use super::program::{last_line, on_path, Program, Readout, Started, Trial};
 use crate::machine::ns_cmd;
 use crate::plan::{Plan, Tool};
 use std::fs::File;
