@@ -21,17 +21,23 @@
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
-//! channels).
+//! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
+//! [`guard`] (the nftables one-way guard of a diode host, run through
+//! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
+//! guard and a running Diodon's counters, with deltas).
 
 pub mod files;
 pub mod gateway;
+pub mod guard;
 pub mod link;
 pub mod metrics;
 pub mod names;
+pub mod nft;
 pub mod recv;
 pub mod report;
 pub mod send;
 pub mod sink_error;
+pub mod stats;
 pub mod stream;
 pub mod udp_flow;
 

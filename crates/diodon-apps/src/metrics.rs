@@ -1,8 +1,11 @@
-//! `--metrics ADDR`: Prometheus text over HTTP, a subscriber of the counters
-//! declared in the cores, the sockets and the kernel MIBs.
+//! `--metrics ADDR`: the counters of a running Diodon over HTTP, as
+//! Prometheus text and as typed JSON. Both are subscribers of the counters
+//! declared in the cores, the sockets and the kernel MIBs, and of one walk
+//! over them ([`export`]), so they always carry the same sets.
 //!
 //! ```text
-//!  GET /metrics ─► tiny_http thread ─► render():
+//!  GET /metrics  ─► tiny_http thread ─► export(source, iface, &mut Page)  ─► Prometheus text
+//!  GET /counters ─►                  └► export(source, iface, &mut Counters) ─► JSON (serde)
 //!     core        SenderStats / ReceiverStats       (snapshots, ~100 ms old)
 //!     socket      SenderCounters / RecvSocketCounters (SO_RXQ_OVFL drops)
 //!     flows       UdpSourceCounters / UdpForwardCounters
@@ -11,17 +14,27 @@
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
 //! ```
 //!
-//! Only `GET /metrics` (and `HEAD`) is answered with the page; any other
-//! path gets 404 and any other method 405. Metric names are generated from
-//! the declarations ([`diodon_counters`]), none is written here.
+//! Only `GET` (and `HEAD`) of `/metrics` and `/counters` are answered; any
+//! other path gets 404 and any other method 405. Metric names and JSON keys
+//! are generated from the declarations ([`diodon_counters`]), none is
+//! written here. `diodon stats --diodon ADDR` reads `/counters` back as a
+//! [`Counters`].
 
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
 use diodon_counters::prometheus::{Page, CONTENT_TYPE};
+use diodon_counters::{CounterSet, Owner, Snapshot};
 use diodon_io::{LinkStats, UdpSnmp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+
+/// The path of the Prometheus page.
+pub const METRICS_PATH: &str = "/metrics";
+/// The path of the JSON page ([`Counters`]).
+pub const COUNTERS_PATH: &str = "/counters";
 
 /// What one side exports.
 #[derive(Debug, Clone)]
@@ -108,23 +121,103 @@ fn respond(
         r
     };
     match (request.method(), path) {
-        (Method::Get | Method::Head, "/metrics") => text(200, render(source, iface), CONTENT_TYPE),
+        (Method::Get | Method::Head, METRICS_PATH) => {
+            text(200, render(source, iface), CONTENT_TYPE)
+        }
+        (Method::Get | Method::Head, COUNTERS_PATH) => text(
+            200,
+            serde_json::to_string(&counters(source, iface)).unwrap_or_default(),
+            "application/json",
+        ),
         (Method::Get | Method::Head, _) => text(
             404,
-            "not found: metrics are at /metrics\n".into(),
+            "not found: metrics are at /metrics (Prometheus) and /counters (JSON)\n".into(),
             "text/plain; charset=utf-8",
         ),
         _ => text(
             405,
-            "only GET /metrics\n".into(),
+            "only GET /metrics or /counters\n".into(),
             "text/plain; charset=utf-8",
         ),
     }
 }
 
-/// The whole page.
+/// Every counter set a running Diodon exports, by subsystem: the body of
+/// `GET /counters`, built by the same walk as the Prometheus page.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
+    /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`).
+    pub diodon: BTreeMap<String, Snapshot>,
+    /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
+    pub kernel: BTreeMap<String, Snapshot>,
+    /// Link statistics (`LinkStats`) by interface.
+    pub link: BTreeMap<String, Snapshot>,
+    /// The interface carrying the link, when known.
+    pub interface: Option<String>,
+}
+
+/// A subscriber of the walk over the exported counter sets.
+pub trait Exporter {
+    /// One counter set under `subsystem`, of one interface when `interface` is given.
+    fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>);
+    /// The interface that carries the link.
+    fn interface_in_use(&mut self, interface: &str);
+}
+
+impl Exporter for Page {
+    fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>) {
+        match interface {
+            Some(i) => self.add_as(set, subsystem, &[("interface", i)]),
+            None => self.add_as(set, subsystem, &[]),
+        }
+    }
+
+    fn interface_in_use(&mut self, interface: &str) {
+        self.gauge(
+            "diodon_interface_in_use",
+            "The interface carrying the link (1 for the one in use).",
+            &[("interface", interface)],
+            1,
+        );
+    }
+}
+
+impl Exporter for Counters {
+    fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>) {
+        let (map, key) = match interface {
+            Some(i) => (&mut self.link, i),
+            None if C::OWNER == Owner::Diodon => (&mut self.diodon, subsystem),
+            None => (&mut self.kernel, subsystem),
+        };
+        map.insert(key.to_owned(), set.snapshot());
+    }
+
+    fn interface_in_use(&mut self, interface: &str) {
+        self.interface = Some(interface.to_owned());
+    }
+}
+
+/// The whole Prometheus page.
 pub fn render(source: &Source, iface: Option<&str>) -> String {
     let mut page = Page::new();
+    export(source, iface, &mut page);
+    page.render()
+}
+
+/// The whole JSON page.
+pub fn counters(source: &Source, iface: Option<&str>) -> Counters {
+    let mut c = Counters::default();
+    export(source, iface, &mut c);
+    c
+}
+
+/// Hands every exported counter set to `out`: the side's own, then the
+/// kernel's measuring points of this network namespace.
+pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
+    fn own<C: CounterSet>(out: &mut impl Exporter, set: &C) {
+        out.set(set, C::SUBSYSTEM, None);
+    }
     match source {
         Source::Send { progress, udp } => {
             let (core, socket) = progress
@@ -132,10 +225,10 @@ pub fn render(source: &Source, iface: Option<&str>) -> String {
                 .lock()
                 .map(|g| g.clone())
                 .unwrap_or_default();
-            page.add(&core, &[]);
-            page.add(&socket, &[]);
+            own(out, &core);
+            own(out, &socket);
             if let Some(u) = udp {
-                page.add(&u.snapshot(), &[]);
+                own(out, &u.snapshot());
             }
         }
         Source::Recv { progress, udp } => {
@@ -144,24 +237,23 @@ pub fn render(source: &Source, iface: Option<&str>) -> String {
                 .lock()
                 .map(|g| g.clone())
                 .unwrap_or_default();
-            page.add(&core, &[]);
-            page.add(&progress.socket(), &[]);
+            own(out, &core);
+            own(out, &progress.socket());
             if let Some(u) = udp {
-                page.add(&u.snapshot(), &[]);
+                own(out, &u.snapshot());
             }
         }
     }
-    kernel(&mut page, iface);
-    page.render()
+    kernel(out, iface);
 }
 
 /// The kernel's measuring points for this network namespace.
-fn kernel(page: &mut Page, iface: Option<&str>) {
+fn kernel(out: &mut impl Exporter, iface: Option<&str>) {
     if let Ok(u) = UdpSnmp::read() {
-        page.add(&u, &[]);
+        out.set(&u, UdpSnmp::SUBSYSTEM, None);
     }
     if let Ok(u) = UdpSnmp::read_v6() {
-        page.add_as(&u, "udp6", &[]);
+        out.set(&u, "udp6", None);
     }
     if let Ok(dir) = std::fs::read_dir("/sys/class/net") {
         let mut names: Vec<String> = dir
@@ -171,16 +263,73 @@ fn kernel(page: &mut Page, iface: Option<&str>) {
         names.sort();
         for name in &names {
             if let Ok(l) = LinkStats::read(name) {
-                page.add(&l, &[("interface", name)]);
+                out.set(&l, LinkStats::SUBSYSTEM, Some(name));
             }
         }
     }
     if let Some(i) = iface {
-        page.gauge(
-            "diodon_interface_in_use",
-            "The interface carrying the link (1 for the one in use).",
-            &[("interface", i)],
-            1,
-        );
+        out.interface_in_use(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recv::RecvProgress;
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
+
+    fn get(addr: SocketAddr, request: &str) -> (String, String) {
+        let mut c = TcpStream::connect(addr).expect("test");
+        write!(c, "{request} HTTP/1.0\r\nHost: x\r\n\r\n").expect("test");
+        let mut text = String::new();
+        c.read_to_string(&mut text).expect("test");
+        let (head, body) = text.split_once("\r\n\r\n").expect("test");
+        (
+            head.lines().next().unwrap_or_default().to_owned(),
+            body.to_owned(),
+        )
+    }
+
+    #[test]
+    fn serves_the_same_sets_as_prometheus_text_and_json() {
+        let progress = Arc::new(RecvProgress::default());
+        progress
+            .datagrams
+            .store(12, std::sync::atomic::Ordering::Relaxed);
+        progress.snapshot.lock().expect("test").missing = 3;
+        let source = Source::Recv {
+            progress,
+            udp: None,
+        };
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("test"),
+            source.clone(),
+            "127.0.0.1".parse().expect("test"),
+            Some("lo".into()),
+        )
+        .expect("test");
+        let (status, page) = get(addr, "GET /metrics");
+        assert!(status.contains(" 200"), "{status}");
+        assert!(page.contains("diodon_receiver_missing_total 3\n"), "{page}");
+        let (status, json) = get(addr, "GET /counters");
+        assert!(status.contains(" 200"), "{status}");
+        let c: Counters = serde_json::from_str(&json).expect("typed JSON");
+        assert_eq!(c.diodon["receiver"].get("missing"), 3);
+        assert_eq!(c.diodon["receiver_socket"].get("datagrams"), 12);
+        assert!(c.kernel.contains_key("udp"), "{json}");
+        assert!(c.link.contains_key("lo"), "{json}");
+        assert_eq!(c.interface.as_deref(), Some("lo"));
+        // Every sample of the page is a value of the JSON, and the other way round.
+        let samples = diodon_counters::prometheus::parse(&page).len();
+        let values: usize = [&c.diodon, &c.kernel, &c.link]
+            .iter()
+            .flat_map(|m| m.values())
+            .map(|s| s.0.len())
+            .sum::<usize>()
+            + usize::from(c.interface.is_some());
+        assert_eq!(samples, values);
+        assert!(get(addr, "GET /other").0.contains(" 404"));
+        assert!(get(addr, "POST /counters").0.contains(" 405"));
     }
 }

@@ -10,14 +10,18 @@
 //!
 //! The counters are not listed here: `core`, `socket` and `kernel` are
 //! [`Snapshot`]s of the declared counter sets ([`diodon_counters`]), so a
-//! counter added to a core appears in the JSON without a change here.
+//! counter added to a core appears in the JSON without a change here. A
+//! reader gets them back typed (`core_stats()`, `socket_counters()`,
+//! `kernel_udp()`), and a summary out of a process's output with
+//! `from_output` (the last JSON line), never by indexing untyped JSON.
 
-use crate::recv::{ChannelOutcome, RecvReport, Verdict};
+use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
 use crate::PipelineError;
 use diodon_counters::{CounterSet, Snapshot};
-use diodon_io::UdpSnmp;
+use diodon_io::{SenderCounters, UdpSnmp};
+use diodon_proto::{ReceiverStats, SenderStats};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -139,6 +143,26 @@ impl SendSummary {
             kernel,
             udp_source: None,
         }
+    }
+
+    /// The last sender summary in `output` (what `diodon send --json` printed).
+    pub fn from_output(output: &str) -> Option<SendSummary> {
+        last_json_line(output)
+    }
+
+    /// The core's counters, typed.
+    pub fn core_stats(&self) -> SenderStats {
+        SenderStats::from_snapshot(&self.core)
+    }
+
+    /// The socket's counters, typed.
+    pub fn socket_counters(&self) -> SenderCounters {
+        SenderCounters::from_snapshot(&self.socket)
+    }
+
+    /// The kernel's UDP MIB over the run, typed.
+    pub fn kernel_udp(&self) -> UdpSnmp {
+        UdpSnmp::from_snapshot(&self.kernel)
     }
 
     /// How the process should exit.
@@ -282,6 +306,27 @@ impl RecvSummary {
         }
     }
 
+    /// The last receiver summary in `output` (what `diodon recv --json`
+    /// printed on stdout; log lines and other text around it are skipped).
+    pub fn from_output(output: &str) -> Option<RecvSummary> {
+        last_json_line(output)
+    }
+
+    /// The core's counters, typed.
+    pub fn core_stats(&self) -> ReceiverStats {
+        ReceiverStats::from_snapshot(&self.core)
+    }
+
+    /// The receiving socket's counters, typed.
+    pub fn socket_counters(&self) -> RecvSocketCounters {
+        RecvSocketCounters::from_snapshot(&self.socket)
+    }
+
+    /// The kernel's UDP MIB over the run, typed.
+    pub fn kernel_udp(&self) -> UdpSnmp {
+        UdpSnmp::from_snapshot(&self.kernel)
+    }
+
     /// How the process should exit. With `once`, a run that saw no channel
     /// at all delivered nothing and fails.
     pub fn exit(&self, once: bool) -> Exit {
@@ -374,6 +419,15 @@ impl RecvSummary {
     }
 }
 
+/// The last line of `output` that parses as a `T` (JSON).
+fn last_json_line<T: serde::de::DeserializeOwned>(output: &str) -> Option<T> {
+    output
+        .lines()
+        .rev()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .find_map(|l| serde_json::from_str(l).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +468,12 @@ mod tests {
         let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
         let json = serde_json::to_string(&s).expect("serialises");
         let back: RecvSummary = serde_json::from_str(&json).expect("reads back");
+        assert_eq!(back.core_stats().missing, 7);
+        assert_eq!(back.socket_counters().drops, 2);
+        let printed = format!("log line\n{json}\n{{not json\n");
+        let found = RecvSummary::from_output(&printed).expect("found in output");
+        assert_eq!(found.core_stats(), back.core_stats());
+        assert!(RecvSummary::from_output("no summary\n").is_none());
         assert_eq!(back.core.get("missing"), 7);
         assert_eq!(back.core.get("recovered_symbols"), 5);
         assert_eq!(back.socket.get("drops"), 2);

@@ -9,12 +9,6 @@ use std::path::{Path, PathBuf};
 
 use diodon_archcheck::{workspace_roots, ModuleGraph};
 
-/// Crates with a known loop that another change of the same restructuring
-/// removes. diodon-lab: `trial.rs` ↔ `recovery.rs` ↔ `resume.rs`, split
-/// into leaf modules by the lab rewrite. DELETE an entry when its fix
-/// lands (`exceptions_are_still_needed` fails until it is deleted).
-const KNOWN_LOOPS_BEING_FIXED: &[&str] = &["diodon-lab"];
-
 fn workspace() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .canonicalize()
@@ -40,27 +34,11 @@ fn graphs() -> Vec<ModuleGraph> {
 fn no_crate_has_an_import_loop() {
     let mut report = String::new();
     for g in graphs() {
-        if KNOWN_LOOPS_BEING_FIXED.contains(&g.name.as_str()) {
-            continue;
-        }
         for cycle in g.cycles() {
             let _ = write!(report, "\n{}: {cycle}", g.name);
         }
     }
     assert!(report.is_empty(), "import loops between modules:{report}");
-}
-
-#[test]
-fn exceptions_are_still_needed() {
-    for g in graphs() {
-        if KNOWN_LOOPS_BEING_FIXED.contains(&g.name.as_str()) {
-            assert!(
-                !g.cycles().is_empty(),
-                "{} has no import loop any more: delete it from KNOWN_LOOPS_BEING_FIXED",
-                g.name
-            );
-        }
-    }
 }
 
 #[test]

@@ -9,9 +9,10 @@
 //!   counters! { struct ReceiverStats in "receiver" { … } }   (the declaration)
 //!        │ CounterSet::for_each(&mut |desc, value| …)
 //!        ├──► prometheus::render   HELP/TYPE/sample lines, names by convention
-//!        ├──► Snapshot (serde)     {"field": value, …} in the JSON summaries
+//!        ├──► Snapshot (serde)     {"field": value, …} in the JSON summaries,
+//!        │                         and back: from_snapshot() (the lab reads a summary typed)
 //!        ├──► columns()            CSV headers and cells of the trial harness
-//!        └──► delta()              what changed between two snapshots
+//!        └──► delta()              what changed between two snapshots (typed or as a map)
 //! ```
 //!
 //! Metric names follow the Prometheus conventions: `PREFIX_SUBSYSTEM_NAME`,
@@ -128,6 +129,20 @@ pub trait CounterSet {
     const DESCS: &'static [Desc];
     /// Calls `f` with each declaration and its current value, in order.
     fn for_each(&self, f: &mut dyn FnMut(&'static Desc, u64));
+    /// `self - earlier`, field by field, saturating at 0 (a counter that was
+    /// reset or wrapped reads 0, never a huge number); the typed twin of
+    /// [`Snapshot::delta`].
+    #[must_use]
+    fn delta(&self, earlier: &Self) -> Self
+    where
+        Self: Sized;
+    /// The set back from its [`Snapshot`] (a JSON summary read back):
+    /// fields the snapshot lacks read 0, keys the set does not declare are
+    /// ignored. With `snapshot` this makes the typed set and the map two
+    /// views of one declaration.
+    fn from_snapshot(values: &Snapshot) -> Self
+    where
+        Self: Sized;
     /// A plain map `field → value` (for JSON, CSV and deltas).
     fn snapshot(&self) -> Snapshot {
         let mut values = BTreeMap::new();
@@ -233,6 +248,16 @@ macro_rules! counters {
                     }
                 )*
             }
+            fn delta(&self, earlier: &Self) -> Self {
+                $name {
+                    $( $field: self.$field.saturating_sub(earlier.$field), )*
+                }
+            }
+            fn from_snapshot(values: &$crate::Snapshot) -> Self {
+                $name {
+                    $( $field: values.get(stringify!($field)), )*
+                }
+            }
         }
     };
     (@kind counter) => { $crate::Kind::Counter };
@@ -298,6 +323,14 @@ mod tests {
         let d = later.snapshot().delta(&t.snapshot());
         assert_eq!(d.get("in_datagrams"), 4);
         assert_eq!(d.get("delivered"), 0, "a reset saturates");
+        assert_eq!(later.delta(&t).snapshot(), d, "typed and map deltas agree");
+        let back = T::from_snapshot(&later.snapshot());
+        assert_eq!(back.snapshot(), later.snapshot(), "a snapshot reads back");
+        let mut partial = Snapshot::default();
+        partial.0.insert("level".into(), 9);
+        partial.0.insert("undeclared".into(), 1);
+        assert_eq!(T::from_snapshot(&partial).level, 9);
+        assert_eq!(T::from_snapshot(&partial).delivered, 0);
         assert_eq!(
             serde_json::to_string(&t.snapshot()).unwrap(),
             r#"{"delivered":2,"in_datagrams":1,"level":3,"rx_bytes":4}"#

@@ -127,7 +127,8 @@ fn escape_help(h: &str) -> String {
 }
 
 /// Parses the unlabelled and labelled integer samples of a page back into
-/// `(name with labels, value)`; for tests and `diodon stats`.
+/// `(name with labels, value)`; for tests (readers of a running Diodon use
+/// its typed `/counters` page instead).
 pub fn parse(text: &str) -> Vec<(String, u64)> {
     text.lines()
         .filter(|l| !l.starts_with('#'))

@@ -1,11 +1,14 @@
 //! Kernel counters at the measuring points of a diode (thesis §4.3): the UDP
-//! MIB (`/proc/net/snmp` `Udp:` lines, `/proc/net/snmp6` `Udp6*` lines) and
-//! per-interface link statistics (`/sys/class/net/IF/statistics/*`,
-//! `/proc/net/dev`), as plain snapshots with saturating deltas.
+//! MIB (`/proc/net/snmp` `Udp:` lines, `/proc/net/snmp6` `Udp6*` lines), the
+//! IPv4 fragment and reassembly counters (`Ip:` lines) and per-interface
+//! link statistics (`/sys/class/net/IF/statistics/*`, `/proc/net/dev`), as
+//! plain snapshots with saturating deltas. Each set is declared once with
+//! [`diodon_counters::counters!`] (`UdpSnmp`, `IpSnmp`, `LinkStats`, owner
+//! Kernel); Prometheus, JSON and `diodon stats` subscribe to those declarations.
 //!
 //! ```text
-//!  sender app ─► SndbufErrors/OutDatagrams ─► tx_{packets,dropped} ═ link ═►
-//!  rx_{packets,dropped,missed_errors} ─► InDatagrams/RcvbufErrors/InErrors ─► receiver app
+//!  sender app ─► SndbufErrors/OutDatagrams ─► FragCreates ─► tx_{packets,dropped} ═ link ═►
+//!  rx_{packets,dropped,missed_errors} ─► ReasmFails ─► InDatagrams/RcvbufErrors/InErrors ─► receiver app
 //! ```
 //!
 //! Network namespaces: `/proc/net` follows the *process* leader's namespace;
@@ -14,6 +17,7 @@
 //! sysfs shows the namespace it was mounted in, so [`LinkStats::read`] is for
 //! the current mount (`ip netns exec` remounts it).
 
+use diodon_counters::CounterSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -108,24 +112,9 @@ impl UdpSnmp {
 
     /// Parses the `Udp:` header/value line pair of `/proc/net/snmp`.
     pub fn parse_snmp(text: &str) -> Result<Self, CounterError> {
-        let mut lines = text.lines().filter(|l| l.starts_with("Udp:"));
-        let (Some(header), Some(values)) = (lines.next(), lines.next()) else {
-            return Err(CounterError::Malformed {
-                what: "snmp",
-                reason: "no `Udp:` header and value lines".into(),
-            });
-        };
-        let names = header.split_whitespace().skip(1);
-        let values: Vec<&str> = values.split_whitespace().skip(1).collect();
-        if names.clone().count() != values.len() {
-            return Err(CounterError::Malformed {
-                what: "snmp",
-                reason: format!("{} names but {} values", names.count(), values.len()),
-            });
-        }
         let mut out = UdpSnmp::default();
-        for (name, value) in names.zip(values) {
-            out.set(name, parse_u64("snmp", value)?);
+        for (name, value) in snmp_pairs(text, "Udp:")? {
+            out.set(name, value);
         }
         Ok(out)
     }
@@ -174,18 +163,95 @@ impl UdpSnmp {
     /// reset or wrapped read as 0, never as a huge number).
     #[must_use]
     pub fn delta(&self, earlier: &Self) -> Self {
-        UdpSnmp {
-            in_datagrams: self.in_datagrams.saturating_sub(earlier.in_datagrams),
-            no_ports: self.no_ports.saturating_sub(earlier.no_ports),
-            in_errors: self.in_errors.saturating_sub(earlier.in_errors),
-            out_datagrams: self.out_datagrams.saturating_sub(earlier.out_datagrams),
-            rcvbuf_errors: self.rcvbuf_errors.saturating_sub(earlier.rcvbuf_errors),
-            sndbuf_errors: self.sndbuf_errors.saturating_sub(earlier.sndbuf_errors),
-            in_csum_errors: self.in_csum_errors.saturating_sub(earlier.in_csum_errors),
-            ignored_multi: self.ignored_multi.saturating_sub(earlier.ignored_multi),
-            mem_errors: self.mem_errors.saturating_sub(earlier.mem_errors),
-        }
+        <Self as CounterSet>::delta(self, earlier)
     }
+}
+
+diodon_counters::counters! {
+    /// The kernel's IPv4 fragmentation and reassembly counters (`Ip:` lines
+    /// of `/proc/net/snmp`). They matter for tools whose datagrams exceed the
+    /// MTU: a datagram that lost one fragment, or whose fragments found the
+    /// reassembly memory (`net.ipv4.ipfrag_high_thresh`) full, never reaches
+    /// UDP and shows only in `ReasmFails`. Exported as `kernel_ip_*`.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct IpSnmp in Kernel "ip" {
+        reasm_reqds: counter Count "reasm_reqds" "ReasmReqds: fragments received that needed reassembly.",
+        reasm_oks: counter Count "reasm_oks" "ReasmOKs: datagrams reassembled.",
+        reasm_fails: counter Count "reasm_fails" "ReasmFails: reassembly failures (fragments refused for memory, or queues expired).",
+        reasm_timeout: counter Count "reasm_timeout" "ReasmTimeout: reassembly queues that expired (net.ipv4.ipfrag_time).",
+        frag_oks: counter Count "frag_oks" "FragOKs: datagrams fragmented on output.",
+        frag_fails: counter Count "frag_fails" "FragFails: datagrams that needed fragmenting but could not be.",
+        frag_creates: counter Count "frag_creates" "FragCreates: fragments created on output.",
+    }
+}
+
+impl IpSnmp {
+    /// The IPv4 fragment counters of the calling thread's network namespace.
+    pub fn read() -> Result<Self, CounterError> {
+        Ok(read_snmp()?.1)
+    }
+
+    /// Parses the `Ip:` header/value line pair of `/proc/net/snmp`.
+    pub fn parse_snmp(text: &str) -> Result<Self, CounterError> {
+        let mut out = IpSnmp::default();
+        for (name, value) in snmp_pairs(text, "Ip:")? {
+            let field = match name {
+                "ReasmReqds" => &mut out.reasm_reqds,
+                "ReasmOKs" => &mut out.reasm_oks,
+                "ReasmFails" => &mut out.reasm_fails,
+                "ReasmTimeout" => &mut out.reasm_timeout,
+                "FragOKs" => &mut out.frag_oks,
+                "FragFails" => &mut out.frag_fails,
+                "FragCreates" => &mut out.frag_creates,
+                _ => continue,
+            };
+            *field = value;
+        }
+        Ok(out)
+    }
+
+    /// `self − earlier`, field by field, saturating at 0.
+    #[must_use]
+    pub fn delta(&self, earlier: &Self) -> Self {
+        <Self as CounterSet>::delta(self, earlier)
+    }
+}
+
+/// The UDP MIB and the IP fragment counters of the calling thread's network
+/// namespace from one read of `/proc/net/snmp`, so both describe one moment.
+pub fn read_snmp() -> Result<(UdpSnmp, IpSnmp), CounterError> {
+    let path = first_existing(&["/proc/thread-self/net/snmp", "/proc/net/snmp"]);
+    let text = read_text(path)?;
+    Ok((UdpSnmp::parse_snmp(&text)?, IpSnmp::parse_snmp(&text)?))
+}
+
+/// The `(name, value)` pairs of one `PREFIX` header/value line pair of
+/// `/proc/net/snmp` (`Udp:`, `Ip:`).
+fn snmp_pairs<'t>(text: &'t str, prefix: &str) -> Result<Vec<(&'t str, u64)>, CounterError> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (Some(header), Some(values)) = (lines.next(), lines.next()) else {
+        return Err(CounterError::Malformed {
+            what: "snmp",
+            reason: format!("no `{prefix}` header and value lines"),
+        });
+    };
+    let names: Vec<&str> = header.split_whitespace().skip(1).collect();
+    let values: Vec<&str> = values.split_whitespace().skip(1).collect();
+    if names.len() != values.len() {
+        return Err(CounterError::Malformed {
+            what: "snmp",
+            reason: format!(
+                "`{prefix}` has {} names but {} values",
+                names.len(),
+                values.len()
+            ),
+        });
+    }
+    names
+        .into_iter()
+        .zip(values)
+        .map(|(n, v)| Ok((n, parse_u64("snmp", v)?)))
+        .collect()
 }
 
 diodon_counters::counters! {
@@ -280,19 +346,7 @@ impl LinkStats {
     /// `self − earlier`, field by field, saturating at 0.
     #[must_use]
     pub fn delta(&self, earlier: &Self) -> Self {
-        LinkStats {
-            rx_packets: self.rx_packets.saturating_sub(earlier.rx_packets),
-            rx_bytes: self.rx_bytes.saturating_sub(earlier.rx_bytes),
-            rx_errors: self.rx_errors.saturating_sub(earlier.rx_errors),
-            rx_dropped: self.rx_dropped.saturating_sub(earlier.rx_dropped),
-            rx_missed_errors: self
-                .rx_missed_errors
-                .saturating_sub(earlier.rx_missed_errors),
-            tx_packets: self.tx_packets.saturating_sub(earlier.tx_packets),
-            tx_bytes: self.tx_bytes.saturating_sub(earlier.tx_bytes),
-            tx_errors: self.tx_errors.saturating_sub(earlier.tx_errors),
-            tx_dropped: self.tx_dropped.saturating_sub(earlier.tx_dropped),
-        }
+        <Self as CounterSet>::delta(self, earlier)
     }
 }
 
@@ -357,6 +411,33 @@ Inter-|   Receive                                                |  Transmit
                 mem_errors: 5,
             }
         );
+    }
+
+    #[test]
+    fn parses_ip_fragment_counters() {
+        let text = "Ip: Forwarding DefaultTTL InReceives ReasmTimeout ReasmReqds ReasmOKs ReasmFails FragOKs FragFails FragCreates\n\
+                    Ip: 2 64 100 1 90 10 7 3 0 12\n\
+                    Udp: InDatagrams NoPorts\nUdp: 5 0\n";
+        let ip = IpSnmp::parse_snmp(text).expect("test");
+        assert_eq!(
+            ip,
+            IpSnmp {
+                reasm_reqds: 90,
+                reasm_oks: 10,
+                reasm_fails: 7,
+                reasm_timeout: 1,
+                frag_oks: 3,
+                frag_fails: 0,
+                frag_creates: 12,
+            }
+        );
+        assert!(IpSnmp::parse_snmp("Udp: a\nUdp: 1\n").is_err());
+        let later = IpSnmp {
+            reasm_fails: 9,
+            ..ip
+        };
+        assert_eq!(later.delta(&ip).reasm_fails, 2);
+        assert_eq!(ip.delta(&later).reasm_fails, 0, "saturates");
     }
 
     #[test]
@@ -442,7 +523,10 @@ Inter-|   Receive                                                |  Transmit
 
     #[test]
     fn reads_live_files() {
+        let (udp, _ip) = read_snmp().expect("test");
         let v4 = UdpSnmp::read().expect("test");
+        assert!(v4.in_datagrams >= udp.in_datagrams);
+        IpSnmp::read().expect("test");
         let again = UdpSnmp::read().expect("test");
         assert!(again.in_datagrams >= v4.in_datagrams);
         // snmp6 exists whenever IPv6 is compiled in.

@@ -18,8 +18,8 @@
 //!   `sleep_until` for pacers, wall time.
 //! - [`udp`]: socket setup (forced buffers, never-fragment, error queue) and
 //!   batched send/receive on IPv4 and IPv6.
-//! - [`counters`]: kernel counters (UDP MIB, per-interface statistics),
-//!   snapshots and saturating deltas.
+//! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
+//!   per-interface statistics), snapshots and saturating deltas.
 //! - [`deltat_driver`]: Delta-t endpoint on a UDP socket, `DeltatListener`/`DeltatStream`.
 //! - [`relay`]: seeded impairment relay (delay, loss, reordering) for UDP or TUN pairs.
 //! - [`tun`]: open a TUN device (IP packets in user space).
@@ -37,7 +37,7 @@ pub mod tun;
 pub mod udp;
 
 pub use clock::{unix_time_ms, MonotonicClock};
-pub use counters::{CounterError, LinkStats, UdpSnmp};
+pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
     BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBatch, SendReport,
     SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,

@@ -1,24 +1,44 @@
-//! Diodon's measuring instruments (issue 5, after the packet-loss thesis):
+//! Diodon's measuring lab (issue 5, after the packet-loss thesis): the trial
+//! harness that runs Diodon, netcat and pydiode across a software or a real
+//! diode and writes the thesis's tables and plots. It ships as its own
+//! binary, `diodon-lab`, so the gateway binary `diodon` links none of it
+//! (no plotting, no SHA-256); the measuring points it reads (the one-way
+//! guard, the kernel counters, a running Diodon's counters) are production
+//! code in `diodon_apps::{guard, stats}`.
 //!
 //! ```text
-//!  guard     nftables one-way guard per host: allow only the diode's UDP, count, verify
-//!  stats     kernel measuring points: /proc/net/snmp Udp, link stats64, guard counters
-//!  plan      the TOML trial plan
-//!  trial     the trial harness: receiver, snapshots, sender, wait, SHA-256, snapshots
-//!  report    CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
-//!  resume    the run journal, reading rows back, continuing a run (`--resume`)
-//!  recovery  what a run changes, recorded first: a killed run is undone by the next
+//!  plan      the TOML trial plan                                  (leaf)
+//!  row       one trial: Table A.1 + Diodon columns, its CSV line  ◄ plan
+//!  resume    the run journal, reading rows back, `--resume`       ◄ plan, row
+//!  plot      PNG lines of a metric against bitrate (plotters)     (leaf)
+//!  report    CSV per cell, testresults.txt, summary, table, PNGs  ◄ plan, row, plot
+//!  testfile  the file every trial sends, SHA-256                  ◄ plan
+//!  diode     both ends, guard specs, measuring points             ◄ plan
+//!  machine   rmem_*, testbed + guards (LinkUp), processes         ◄ plan, diode
+//!  recovery  what a run changes, recorded first; undone by the next ◄ machine
+//!  tools     one Program per measured tool (tools::{diodon, netcat, pydiode}, each over
+//!            the shared tools::program): command lines, results   ◄ plan, row, diode, machine
+//!  error     TrialError: what stops a run                          ◄ plan, diode, machine,
+//!                                                                    recovery, resume
+//!  measure   one trial: start, time, wait, verify, measure ─► Row  ◄ error, tools, testfile, ...
+//!  trial     the run loop: rounds × cells, link, rmem, journal     ◄ measure and the rest
 //! ```
 //!
-//! Everything here drives the kernel through `ip`, `nft` and `/proc`, and
-//! needs root for namespaces; pure parts (ruleset text, JSON parsing, CSV,
-//! summaries) are unit-tested without it.
+//! The arrows are the only imports between the modules: no module imports
+//! one above it, so there is no import loop. Everything here drives the
+//! kernel through `ip`, `nft` and `/proc`, and needs root for namespaces;
+//! pure parts (CSV, plans, records, summaries) are unit-tested without it.
 
-pub mod guard;
-pub mod nft;
+pub mod diode;
+pub mod error;
+pub mod machine;
+mod measure;
 pub mod plan;
+pub mod plot;
 pub mod recovery;
 pub mod report;
 pub mod resume;
-pub mod stats;
+pub mod row;
+pub mod testfile;
+pub mod tools;
 pub mod trial;

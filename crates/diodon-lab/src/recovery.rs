@@ -1,6 +1,6 @@
 //! What a trial run changes on the machine, written down before it changes
 //! it, so that a run killed outright (SIGKILL, OOM killer, a closed session)
-//! is undone by the next `diodon trial` — and so two runs never overlap.
+//! is undone by the next `diodon-lab trial` — and so two runs never overlap.
 //!
 //! ```text
 //!  run starts ─► recover(): for every record in /run/diodon/trial/
@@ -15,21 +15,21 @@
 //! ```
 //!
 //! A signal the harness can catch (SIGINT, SIGTERM) needs none of this: the
-//! run restores everything itself ([`crate::trial::RmemGuard`], testbed and
+//! run restores everything itself ([`crate::machine::RmemGuard`], testbed and
 //! guard drops). The tools the harness starts die with it on their own
-//! (`PR_SET_PDEATHSIG`, see `trial`); recovery kills what is still inside the
-//! dead run's testbed namespaces as a second line, and nothing else.
+//! (`PR_SET_PDEATHSIG`, [`crate::machine::ns_cmd`]); recovery kills what is
+//! still inside the dead run's testbed namespaces as a second line, and
+//! nothing else. Undoing uses the same functions as doing ([`crate::machine`]).
 //!
 //! A process is identified by PID *and* its start time (`/proc/PID/stat`
 //! field 22), so a recycled PID is never mistaken for the run.
 
-use crate::guard;
-use crate::trial::{kill, read_rmem, testbed_down, write_rmem};
+use crate::machine::{kill, netns_pids, read_rmem, testbed_down, write_rmem};
+use diodon_apps::guard;
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Where records live: `/run` is a tmpfs, so a reboot (which restores the
 /// sysctls and removes namespaces anyway) also removes the records.
@@ -331,25 +331,6 @@ fn restore_rmem(who: &str, max: &str, def: &str, set: &[u64]) -> Option<String> 
     } else {
         format!("{who}: could not restore net.core.rmem_max={max} rmem_default={def}")
     })
-}
-
-/// PIDs of the processes in network namespace `ns` (none if it is gone).
-fn netns_pids(ns: &str) -> Vec<u32> {
-    if !diodon_io::netns::path_of(ns).exists() {
-        return Vec::new();
-    }
-    Command::new("ip")
-        .args(["netns", "pids", ns])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@
 //! ```
 
 use crate::plan::Tool;
-use crate::trial::{Config, Row, CSV_HEADER};
-use plotters::prelude::*;
+use crate::plot::{plot, Metric, Series};
+use crate::row::{Config, Row, CSV_HEADER};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
@@ -389,7 +389,7 @@ pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
     written.push(p);
     for (name, what) in [("cfr.png", Metric::Cfr), ("duration.png", Metric::Duration)] {
         let p = out.join(name);
-        plot(&p, &cells, what).map_err(|e| io::Error::other(format!("{name}: {e}")))?;
+        plot_cells(&p, &cells, what)?;
         written.push(p);
     }
     let groups = groups(rows);
@@ -405,8 +405,7 @@ pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
                 .collect();
             for (kind, what) in [("cfr", Metric::Cfr), ("duration", Metric::Duration)] {
                 let p = dir.join(format!("{kind}_mtu-{mtu}_loss-{loss}.png"));
-                plot(&p, &mine, what)
-                    .map_err(|e| io::Error::other(format!("{}: {e}", p.display())))?;
+                plot_cells(&p, &mine, what)?;
                 written.push(p);
             }
         }
@@ -414,120 +413,35 @@ pub fn write_all(out: &Path, rows: &[Row]) -> io::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// What a plot shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Metric {
-    /// CFR %.
-    Cfr,
-    /// Average duration of successful trials (all trials when none succeeded).
-    Duration,
-}
-
-/// Registers a TrueType font for labels; `false` when none is installed (the
-/// plot is then drawn without text).
-fn font() -> bool {
-    static FONT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FONT.get_or_init(|| {
-        let candidates = [
-            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/TTF/DejaVuSans.ttf",
-            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-        ];
-        for c in candidates {
-            if let Ok(bytes) = fs::read(c) {
-                let leaked: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, leaked).is_ok() {
-                    return true;
-                }
-            }
-        }
-        false
-    })
-}
-
-/// Draws one metric against bitrate, one line per configuration.
-pub fn plot(path: &Path, cells: &[Cell], metric: Metric) -> Result<(), String> {
-    let text = font();
+/// The lines of one plot: per configuration (first-seen order), its
+/// (bitrate, value) points in bitrate order.
+fn series(cells: &[Cell], metric: Metric) -> Vec<Series> {
     let value = |c: &Cell| match metric {
         Metric::Cfr => c.cfr(),
         Metric::Duration => c.avg_ok_s.unwrap_or(c.avg_all_s),
     };
-    let x_max = cells.iter().map(|c| c.bitrate).fold(1.0, f64::max) * 1.05;
-    let y_max = match metric {
-        Metric::Cfr => 105.0,
-        Metric::Duration => cells.iter().map(value).fold(0.1, f64::max) * 1.15,
-    };
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut b = ChartBuilder::on(&root);
-    b.margin(20);
-    if text {
-        let title = match metric {
-            Metric::Cfr => "Completed File Ratio vs bitrate",
-            Metric::Duration => "Average transfer duration vs bitrate",
-        };
-        b.caption(title, ("sans-serif", 24))
-            .x_label_area_size(45)
-            .y_label_area_size(60);
-    }
-    let mut chart = b
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(|e| e.to_string())?;
-    {
-        let mut mesh = chart.configure_mesh();
-        if text {
-            mesh.x_desc("bitrate (Mbit/s)").y_desc(match metric {
-                Metric::Cfr => "CFR (%)",
-                Metric::Duration => "duration (s)",
-            });
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw().map_err(|e| e.to_string())?;
-    }
-    let mut configs: Vec<&str> = Vec::new();
+    let mut lines: Vec<Series> = Vec::new();
     for c in cells {
-        if !configs.contains(&c.config.as_str()) {
-            configs.push(&c.config);
+        if !lines.iter().any(|l| l.label == c.config) {
+            lines.push(Series {
+                label: c.config.clone(),
+                points: Vec::new(),
+            });
+        }
+        if let Some(l) = lines.iter_mut().find(|l| l.label == c.config) {
+            l.points.push((c.bitrate, value(c)));
         }
     }
-    for (i, config) in configs.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let mut pts: Vec<(f64, f64)> = cells
-            .iter()
-            .filter(|c| c.config == *config)
-            .map(|c| (c.bitrate, value(c)))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let series = chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?;
-        if text {
-            let name = (*config).to_owned();
-            series
-                .label(name)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        }
-        chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-            .map_err(|e| e.to_string())?;
+    for l in &mut lines {
+        l.points.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    if text {
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(match metric {
-                // Failing cells sit low on the right; successful ones at 100 %.
-                Metric::Cfr => SeriesLabelPosition::LowerLeft,
-                Metric::Duration => SeriesLabelPosition::UpperRight,
-            })
-            .draw()
-            .map_err(|e| e.to_string())?;
-    }
-    root.present().map_err(|e| e.to_string())?;
-    Ok(())
+    lines
+}
+
+/// Draws `metric` of `cells` against bitrate into the PNG `path`.
+fn plot_cells(path: &Path, cells: &[Cell], metric: Metric) -> io::Result<()> {
+    plot(path, &series(cells, metric), metric)
+        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]

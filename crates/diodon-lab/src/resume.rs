@@ -16,7 +16,7 @@
 //! trial instead of the whole run.
 
 use crate::plan::{Plan, Tool};
-use crate::trial::{Config, Row, CSV_HEADER};
+use crate::row::{Config, Row, CSV_HEADER};
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -246,23 +246,7 @@ fn whole_lines(path: &Path) -> io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trial::tests_support::row;
-
-    #[test]
-    fn rows_survive_the_csv_round_trip() {
-        let mut r = row();
-        r.reason = "SHA-256 differs (3 of 10 bytes)".into();
-        r.missing = Some(7);
-        r.repair_ratio = Some(0.1);
-        r.config.loss = 0.1;
-        r.config.tool = Tool::Pydiode(2);
-        let back = Row::from_csv(&r.csv()).expect("parses");
-        assert_eq!(back, r);
-        assert!(Row::from_csv("diodon,1,2").is_err());
-        let mut bad = r.csv();
-        bad = bad.replacen("pydiode-r2", "ftp", 1);
-        assert!(Row::from_csv(&bad).unwrap_err().contains("tool"));
-    }
+    use crate::row::tests_support::row;
 
     /// A row of trial `n` whose CSV reads back equal.
     fn row_of(n: u32) -> Row {

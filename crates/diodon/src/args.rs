@@ -50,8 +50,6 @@ pub enum Command {
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
-    /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
-    Trial(crate::trial::TrialArgs),
 }
 
 /// Settings shared by both sides.

@@ -1,5 +1,5 @@
 //! `diodon guard`: the one-way nftables guard of one diode host (see
-//! `diodon_lab::guard`).
+//! `diodon_apps::guard`).
 //!
 //! ```text
 //!  apply    load/replace table netdev diodon_diode on --if in --ns
@@ -10,8 +10,8 @@
 
 use crate::fatal::Fatal;
 use clap::{Args, ValueEnum};
+use diodon_apps::guard::{self, GuardError, GuardSpec, Role};
 use diodon_apps::report::Exit;
-use diodon_lab::guard::{self, GuardError, GuardSpec, Role};
 use std::net::{IpAddr, SocketAddr};
 
 /// What `diodon guard` does.

@@ -4,12 +4,15 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat | relay
-//!              │                                            guard | stats | trial (shim)
+//!              │                                            guard | stats
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
 //! Exit codes ([`diodon_apps::report::Exit`]): 0 every channel verified; 1 a
 //! channel failed or was refused; 2 usage or configuration error; 3 IO error.
+//!
+//! The measuring lab (the trial harness, its plots) is its own binary,
+//! `diodon-lab`: this one links none of it.
 
 mod args;
 mod config;
@@ -22,7 +25,6 @@ mod relay;
 mod send;
 mod stats;
 mod stop;
-mod trial;
 mod values;
 
 use args::{Cli, Command, LogFormat};
@@ -42,7 +44,6 @@ fn main() -> ExitCode {
         Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
-        Command::Trial(args) => trial::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -1,7 +1,7 @@
 //! `diodon stats`: every measuring point of one host in one view (kernel UDP
-//! MIB, link, guard and, with `--diodon ADDR`, a running Diodon's own
-//! counters from its metrics endpoint), once or every `--watch SECS` as
-//! deltas (see `diodon_lab::stats`).
+//! and IP MIB, link, guard and, with `--diodon ADDR`, a running Diodon's own
+//! counters from its `/counters` endpoint), once or every `--watch SECS` as
+//! deltas (see `diodon_apps::stats`).
 //!
 //! ```text
 //!  snapshot ─► print (absolute) ─► sleep SECS ─► snapshot ─► print delta ─► ...
@@ -9,9 +9,9 @@
 
 use crate::fatal::Fatal;
 use clap::Args;
+use diodon_apps::guard;
 use diodon_apps::report::Exit;
-use diodon_lab::guard;
-use diodon_lab::stats::{Snapshot, Target};
+use diodon_apps::stats::{Snapshot, Target};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

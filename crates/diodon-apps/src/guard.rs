@@ -19,6 +19,11 @@
 //! The counters count what the hook sees: with UDP GSO a super-packet of up
 //! to 64 segments passes the egress hook once, so exact datagram counts need
 //! GSO off on the sender (`diodon send --no-gso`).
+//!
+//! Production code: a gateway loads it with `diodon guard apply`; the trial
+//! harness (diodon-lab) loads its own table through the same functions and
+//! reads [`counters`] as its `dtgrms_*` measuring points. `nft` runs through
+//! [`crate::nft`].
 
 use crate::nft::{nft, ToolError};
 use serde::Serialize;

@@ -1,20 +1,23 @@
-//! End-to-end tests of the measuring instruments on the software diode of
-//! `scripts/testbed.sh`: `diodon guard`, `diodon stats`, `diodon trial`.
+//! End-to-end tests of the trial harness, `diodon-lab trial`, on the
+//! software diode of `scripts/testbed.sh` (and on a given diode), running
+//! the `diodon` gateway binary it finds next to itself.
 //!
 //! ```text
-//!  testbed up (own name) ─► diodon guard apply tx/rx ─► UDP both ways via setns threads
-//!                        ─► guard counters, verify, tamper, verify again
-//!  diodon stats --watch  ─► N datagrams ─► delta == N at every measuring point
-//!  diodon stats --diodon ─► recv --metrics on loopback ─► its counters' deltas == the transfer
-//!  diodon trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed receiver = failed;
-//!                           Diodon, netcat, pydiode r1/r2; MTU 9000 with 1 % injected loss
-//!  diodon trial --resume ─► a killed run's journal + more rounds; overwrite / other plan refused
-//!  diodon trial on a given diode (link.testbed = false) ─► namespaces and operator's guard as found
+//!  diodon-lab trial plan     ─► CSV (all columns), testresults.txt, summary, PNG; killed
+//!                               receiver = failed; Diodon, netcat, pydiode r1/r2; MTU 9000
+//!                               with 1 % injected loss
+//!  diodon-lab trial --resume ─► a killed run's journal + more rounds; overwrite / other plan refused
+//!  diodon-lab trial on a given diode (link.testbed = false) ─► namespaces and operator's guard
+//!                               (`diodon guard apply`) as found
+//!  diodon-lab killed (SIGKILL) ─► the next run undoes it; two runs never overlap
+//!  no `diodon` binary          ─► refused with where it looked
 //! ```
 //!
-//! The namespace tests need root: without it each prints why and passes,
-//! except under `CI=true`, where it fails. The `--diodon` tests use loopback
-//! only and run anywhere. One at a time (a lock).
+//! `cargo test --workspace` builds `diodon` next to `diodon-lab`; `cargo
+//! test -p diodon-lab` alone does not, and then [`diodon_bin`] builds it
+//! (same profile, same target directory) before the first trial. The
+//! namespace tests need root: without it each prints why and passes, except
+//! under `CI=true`, where it fails. One at a time (a lock).
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 #![expect(
@@ -22,16 +25,15 @@
     reason = "the trial test bounds its own wall-clock duration"
 )]
 
-use diodon_io::netns::spawn_in;
 use serde_json::Value;
 use std::fs;
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_diodon");
+/// The lab's binary.
+const LAB: &str = env!("CARGO_BIN_EXE_diodon-lab");
 const PEER: &str = "10.77.0.2:7700";
 static LOCK: Mutex<()> = Mutex::new(());
 
@@ -39,7 +41,46 @@ fn testbed_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/testbed.sh")
 }
 
-/// Runs `diodon trial PLAN --out OUT_DIR` on a testbed named `name`,
+/// The `diodon` gateway binary the trials run, where the harness looks for
+/// it: next to `diodon-lab`. Built here (once, in the profile and target
+/// directory of this test) when `cargo test -p diodon-lab` ran without it.
+fn diodon_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let lab = Path::new(LAB);
+        let bin = lab.with_file_name(format!("diodon{}", std::env::consts::EXE_SUFFIX));
+        if !bin.is_file() {
+            // `cargo test` writes its `test` profile into target/debug.
+            let profile = match lab
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+            {
+                Some("debug") | None => "test",
+                Some(other) => other,
+            };
+            eprintln!("building {} (profile {profile})", bin.display());
+            let status = Command::new(env!("CARGO"))
+                .args([
+                    "build",
+                    "-p",
+                    "diodon",
+                    "--bin",
+                    "diodon",
+                    "--profile",
+                    profile,
+                ])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "cargo build of the diodon binary failed");
+            assert!(bin.is_file(), "{} not built where expected", bin.display());
+        }
+        bin
+    })
+}
+
+/// Runs `diodon-lab trial PLAN --out OUT_DIR` on a testbed named `name`,
 /// echoing its output (shown when the test fails).
 fn run_trial(plan: &Path, out_dir: &Path, name: &str) -> std::process::Output {
     run_trial_with(plan, out_dir, name, &[])
@@ -47,7 +88,7 @@ fn run_trial(plan: &Path, out_dir: &Path, name: &str) -> std::process::Output {
 
 /// [`run_trial`] with extra arguments.
 fn run_trial_with(plan: &Path, out_dir: &Path, name: &str, extra: &[&str]) -> Output {
-    let out = Command::new(BIN)
+    let out = Command::new(LAB)
         .arg("trial")
         .arg(plan)
         .arg("--out")
@@ -93,6 +134,7 @@ fn lab() -> Option<MutexGuard<'static, ()>> {
         skip(&why);
         return None;
     }
+    diodon_bin();
     Some(lock)
 }
 
@@ -106,7 +148,7 @@ impl Testbed {
     fn up() -> Option<Testbed> {
         let lock = lab()?;
         let tb = Testbed {
-            name: format!("dlab{}", std::process::id()),
+            name: format!("dlt{}", std::process::id()),
             _lock: lock,
         };
         let out = Command::new("bash")
@@ -131,7 +173,7 @@ impl Testbed {
 
     #[expect(clippy::unused_self, reason = "reads as tb.diodon(...)")]
     fn diodon(&self, args: &[&str]) -> Output {
-        let out = Command::new(BIN).args(args).output().unwrap();
+        let out = Command::new(diodon_bin()).args(args).output().unwrap();
         eprintln!(
             "diodon {}: exit {:?}\n{}{}",
             args.join(" "),
@@ -182,204 +224,8 @@ impl Drop for Testbed {
     }
 }
 
-/// Sends `n` datagrams of `len` bytes from `from` to `to`, inside namespace `ns`
-/// (plain `sendto`, no GSO: one skb per datagram).
-fn send_udp(ns: &str, from: &str, to: &str, n: usize, len: usize) {
-    let (from, to) = (from.to_owned(), to.to_owned());
-    spawn_in(ns, move || {
-        let s = UdpSocket::bind(&from).unwrap();
-        for _ in 0..n {
-            s.send_to(&vec![0x5a; len], &to).unwrap();
-            // Stay well under the receiver's socket buffer.
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    })
-    .unwrap()
-    .join()
-    .unwrap()
-    .unwrap();
-}
-
-/// A socket bound in `ns` that counts datagrams until `quiet` passes without one.
-fn receiver(ns: &str, addr: &str, quiet: Duration) -> std::thread::JoinHandle<usize> {
-    let addr = addr.to_owned();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let h = std::thread::spawn({
-        let ns = ns.to_owned();
-        move || {
-            spawn_in(&ns, move || {
-                let s = UdpSocket::bind(&addr).unwrap();
-                s.set_read_timeout(Some(quiet)).unwrap();
-                ready_tx.send(()).unwrap();
-                let mut buf = [0u8; 2048];
-                let mut n = 0;
-                while s.recv(&mut buf).is_ok() {
-                    n += 1;
-                }
-                n
-            })
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap()
-        }
-    });
-    ready_rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    h
-}
-
 fn pkts(v: &Value, counter: &str) -> u64 {
     v[counter]["packets"].as_u64().unwrap()
-}
-
-#[test]
-fn guard_drops_backward_passes_allowed_and_verify_catches_tampering() {
-    let Some(tb) = Testbed::up() else { return };
-    assert_eq!(tb.guard("apply", "tx").status.code(), Some(0));
-    assert_eq!(tb.guard("apply", "rx").status.code(), Some(0));
-    assert_eq!(tb.guard("verify", "tx").status.code(), Some(0));
-    assert_eq!(tb.guard("verify", "rx").status.code(), Some(0));
-    let rx_ns = tb.ns("rx");
-    let tx_ns = tb.ns("tx");
-    for side in ["tx", "rx"] {
-        assert!(tb
-            .diodon(&["guard", "reset", "--ns", &tb.ns(side)])
-            .status
-            .success());
-    }
-
-    // Backward: the receiving host tries to send to the sender.
-    let back = receiver(&tx_ns, "10.77.0.1:7700", Duration::from_millis(800));
-    send_udp(&rx_ns, "10.77.0.2:0", "10.77.0.1:7700", 5, 64);
-    assert_eq!(back.join().unwrap(), 0, "a datagram went backward");
-    let rx = tb.counters("rx");
-    let tx = tb.counters("tx");
-    assert!(
-        pkts(&rx, "dropped_out") >= 5,
-        "backward datagrams dropped and counted on rx egress: {rx}"
-    );
-    assert_eq!(
-        pkts(&tx, "dropped_in"),
-        0,
-        "nothing reached the sender: {tx}"
-    );
-
-    // Forward, allowed flow: counted on both ends and delivered.
-    let fwd = receiver(&rx_ns, PEER, Duration::from_millis(800));
-    send_udp(&tx_ns, "10.77.0.1:0", PEER, 10, 100);
-    // Forward to another port: the sender's guard stops it.
-    send_udp(&tx_ns, "10.77.0.1:0", "10.77.0.2:7701", 3, 100);
-    assert_eq!(fwd.join().unwrap(), 10);
-    let rx = tb.counters("rx");
-    let tx = tb.counters("tx");
-    assert_eq!(pkts(&tx, "accepted"), 10, "{tx}");
-    assert_eq!(pkts(&rx, "accepted"), 10, "{rx}");
-    assert_eq!(
-        tx["accepted"]["bytes"].as_u64().unwrap(),
-        10 * (14 + 20 + 8 + 100)
-    );
-    assert!(pkts(&tx, "dropped_out") >= 3, "{tx}");
-
-    // Reset zeroes.
-    assert!(tb
-        .diodon(&["guard", "reset", "--ns", &rx_ns])
-        .status
-        .success());
-    assert_eq!(pkts(&tb.counters("rx"), "accepted"), 0);
-
-    // Tamper: delete the allowing rule by hand.
-    let list = Command::new("ip")
-        .args(["netns", "exec", &rx_ns, "nft", "-a", "-j", "list", "chain"])
-        .args(["netdev", "diodon_diode", "ingress"])
-        .output()
-        .unwrap();
-    let v: Value = serde_json::from_slice(&list.stdout).unwrap();
-    let handle = v["nftables"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find_map(|o| o.get("rule").map(|r| r["handle"].as_u64().unwrap()))
-        .unwrap();
-    let del = Command::new("ip")
-        .args(["netns", "exec", &rx_ns, "nft", "delete", "rule"])
-        .args(["netdev", "diodon_diode", "ingress", "handle"])
-        .arg(handle.to_string())
-        .status()
-        .unwrap();
-    assert!(del.success());
-    let out = tb.guard("verify", "rx");
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "verify must fail after tampering"
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("chain \"ingress\": rule 1"),
-        "precise message: {err}"
-    );
-    // The sender side is untouched.
-    assert_eq!(tb.guard("verify", "tx").status.code(), Some(0));
-    // Removed: verify says the table is missing.
-    assert!(tb
-        .diodon(&["guard", "remove", "--ns", &rx_ns])
-        .status
-        .success());
-    let out = tb.guard("verify", "rx");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is missing"));
-}
-
-#[test]
-fn stats_deltas_match_datagrams_sent() {
-    const N: u64 = 500;
-    let Some(tb) = Testbed::up() else { return };
-    assert_eq!(tb.guard("apply", "tx").status.code(), Some(0));
-    assert_eq!(tb.guard("apply", "rx").status.code(), Some(0));
-    let watch = |side: &str, iface: &str| {
-        Command::new(BIN)
-            .args(["stats", "--ns", &tb.ns(side), "--if", iface, "--json"])
-            .args(["--watch", "2.5", "--count", "1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let rx_watch = watch("rx", "rx0");
-    let tx_watch = watch("tx", "tx0");
-    std::thread::sleep(Duration::from_millis(400));
-    let r = receiver(&tb.ns("rx"), PEER, Duration::from_millis(700));
-    send_udp(&tb.ns("tx"), "10.77.0.1:0", PEER, N as usize, 512);
-    assert_eq!(r.join().unwrap() as u64, N);
-    let delta = |child: std::process::Child| -> Value {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let line = text
-            .lines()
-            .find(|l| l.contains("\"kind\":\"delta\""))
-            .unwrap_or_else(|| panic!("no delta line in {text}"));
-        serde_json::from_str(line).unwrap()
-    };
-    let rx = delta(rx_watch);
-    let tx = delta(tx_watch);
-    eprintln!("rx delta {rx}\ntx delta {tx}");
-    assert_eq!(rx["udp"]["InDatagrams"], N);
-    assert_eq!(rx["udp"]["RcvbufErrors"], 0);
-    assert_eq!(rx["udp"]["InErrors"], 0);
-    assert_eq!(rx["guard"]["accepted"]["packets"], N);
-    assert!(rx["link"]["rx_packets"].as_u64().unwrap() >= N);
-    assert_eq!(tx["udp"]["OutDatagrams"], N);
-    assert_eq!(tx["udp"]["SndbufErrors"], 0);
-    assert_eq!(tx["guard"]["accepted"]["packets"], N);
-    assert!(tx["link"]["tx_packets"].as_u64().unwrap() >= N);
-
-    // Plain one-shot snapshot, human format.
-    let out = tb.diodon(&["stats", "--ns", &tb.ns("rx"), "--if", "rx0"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("udp   InDatagrams"), "{text}");
-    assert!(text.contains("link  rx0"), "{text}");
-    assert!(text.contains("guard accepted"), "{text}");
 }
 
 fn ensure_netcat() -> bool {
@@ -700,7 +546,7 @@ fn trial_on_a_given_diode_leaves_it_and_the_operators_guard_as_found() {
         let ns = tb.ns(side);
         let trial_table = Command::new("ip")
             .args(["netns", "exec", &ns, "nft", "list", "table", "netdev"])
-            .arg(diodon_lab::trial::TRIAL_TABLE)
+            .arg(diodon_lab::diode::TRIAL_TABLE)
             .stderr(Stdio::null())
             .status()
             .unwrap();
@@ -744,7 +590,7 @@ impl Drop for Harness {
 }
 
 /// A harness killed outright (SIGKILL: no chance to restore anything) takes
-/// its tools with it, and the next `diodon trial` puts back what it left:
+/// its tools with it, and the next `diodon-lab trial` puts back what it left:
 /// its `net.core.rmem_*` value and its testbed. While a run is going, a
 /// second one is refused and changes nothing.
 #[test]
@@ -773,7 +619,7 @@ fn a_killed_trial_run_is_undone_by_the_next_and_runs_never_overlap() {
     .unwrap();
     let (tx, rx) = ("dtrkill-tx", "dtrkill-rx");
     let mut harness = Harness(
-        Command::new(BIN)
+        Command::new(LAB)
             .arg("trial")
             .arg(&long)
             .arg("--out")
@@ -845,198 +691,7 @@ fn a_killed_trial_run_is_undone_by_the_next_and_runs_never_overlap() {
     assert_eq!(TrialRows::load(&dir.path().join("next")).rows.len(), 1);
 }
 
-fn free_port(kind: &str) -> String {
-    if kind == "tcp" {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    } else {
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap().to_string()
-    }
-}
-
-/// A long-running `diodon recv --metrics` on loopback; killed (by PID) on drop.
-struct LoopbackReceiver {
-    child: std::process::Child,
-    udp: String,
-    metrics: String,
-    _dir: tempfile::TempDir,
-}
-
-impl LoopbackReceiver {
-    fn start(extra: &[&str]) -> LoopbackReceiver {
-        let dir = tempfile::tempdir().unwrap();
-        let (udp, metrics) = (free_port("udp"), free_port("tcp"));
-        let child = Command::new(BIN)
-            .args([
-                "recv",
-                "--listen",
-                &udp,
-                "--metrics",
-                &metrics,
-                "--no-fsync",
-            ])
-            .args(extra)
-            .arg("--out")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Owned at once, so a failing start still kills it (Drop).
-        let rx = LoopbackReceiver {
-            child,
-            udp,
-            metrics,
-            _dir: dir,
-        };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(&rx.metrics).is_ok() {
-                return rx;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no metrics endpoint on {}", rx.metrics);
-    }
-
-    /// `diodon send FILE` to it; the sender's JSON summary.
-    fn send(&self, file: &Path, rate: &str) -> Value {
-        let out = Command::new(BIN)
-            .args(["send", "--to", &self.udp, "--rate", rate, "--json"])
-            .arg(file)
-            .stderr(Stdio::null())
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// `diodon stats --diodon` watching one delta of `secs` around `during`.
-    fn delta_around(&self, secs: &str, during: impl FnOnce()) -> Value {
-        use std::io::BufRead;
-        let mut watch = Command::new(BIN)
-            .args(["stats", "--diodon", &self.metrics, "--json"])
-            .args(["--watch", secs, "--count", "1"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
-        // The baseline snapshot is printed before anything is sent.
-        let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        assert_eq!(first["kind"], "snapshot");
-        assert_eq!(first["diodon"]["endpoint"], self.metrics.as_str());
-        during();
-        let delta: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        assert!(watch.wait().unwrap().success());
-        assert_eq!(delta["kind"], "delta");
-        delta
-    }
-}
-
-impl Drop for LoopbackReceiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn counter(v: &Value, name: &str) -> u64 {
-    v["diodon"]["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no Diodon counter {name} in {v}"))
-}
-
-/// `diodon stats --diodon ADDR` against a real receiver on loopback: a paced
-/// transfer shows up in the delta exactly (every datagram the sender sent was
-/// read from the socket, one file verified, nothing missing or dropped).
-#[test]
-fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
-    // Alone: an unpaced loopback blast would disturb the timed trial tests.
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rx = LoopbackReceiver::start(&[]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("f.bin");
-    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-    fs::write(&file, &data).unwrap();
-    let mut sent = Value::Null;
-    let delta = rx.delta_around("4", || {
-        sent = rx.send(&file, "100mbit");
-        // The sender exits after its linger; give the receiver's published
-        // counters (refreshed every 100 ms) time to catch up.
-        std::thread::sleep(Duration::from_millis(400));
-    });
-    eprintln!("sender {sent}\ndelta {delta}");
-    let n = sent["core"]["datagrams_sent"].as_u64().unwrap();
-    assert!(n > 2000, "{sent}");
-    assert_eq!(counter(&delta, "receiver_socket_datagrams"), n);
-    assert_eq!(counter(&delta, "receiver_accepted"), n);
-    assert_eq!(counter(&delta, "receiver_socket_drops"), 0);
-    assert_eq!(counter(&delta, "receiver_missing"), 0);
-    assert_eq!(counter(&delta, "receiver_blocks_lost"), 0);
-    assert_eq!(counter(&delta, "receiver_channels_complete"), 1);
-    assert_eq!(counter(&delta, "receiver_channels_failed"), 0);
-    assert_eq!(counter(&delta, "receiver_delivered_bytes"), 3_000_000);
-    assert_eq!(counter(&delta, "receiver_sessions"), 1);
-
-    // A second transfer moves the absolute counters on; the text view names them.
-    let before = Command::new(BIN)
-        .args(["stats", "--diodon", &rx.metrics])
-        .output()
-        .unwrap();
-    assert!(before.status.success());
-    let text = String::from_utf8_lossy(&before.stdout);
-    let line = format!("diodon {} receiver", rx.metrics);
-    assert!(text.contains(&line), "{text}");
-    assert!(text.contains(" channels_complete 1 "), "{text}");
-    assert!(text.contains(" socket_drops 0"), "{text}");
-
-    // An endpoint nobody serves is an error (exit 3), not a silent zero.
-    let gone = free_port("tcp");
-    let out = Command::new(BIN)
-        .args(["stats", "--diodon", &gone])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Diodon metrics at"));
-}
-
-/// Socket drops (`SO_RXQ_OVFL`) reach `stats`: an unpaced sender against a
-/// receiver with a tiny socket buffer overflows it, and the drops Diodon
-/// counts on its socket are drops the kernel counts as `RcvbufErrors`.
-#[test]
-fn stats_shows_a_running_diodons_socket_drops() {
-    // Alone: an unpaced loopback blast would disturb the timed trial tests.
-    let _lock = LOCK
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rx = LoopbackReceiver::start(&["--rcvbuf", "8192"]);
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("big.bin");
-    let data: Vec<u8> = (0..20_000_000u32).map(|i| (i ^ (i >> 9)) as u8).collect();
-    fs::write(&file, &data).unwrap();
-    let delta = rx.delta_around("4", || {
-        let sent = rx.send(&file, "0");
-        eprintln!("sender {sent}");
-        std::thread::sleep(Duration::from_millis(400));
-    });
-    eprintln!("delta {delta}");
-    let drops = counter(&delta, "receiver_socket_drops");
-    assert!(drops > 0, "an 8 KiB buffer overflows: {delta}");
-    // This (host) namespace's kernel counter includes ours.
-    assert!(
-        delta["udp"]["RcvbufErrors"].as_u64().unwrap() >= drops,
-        "{delta}"
-    );
-    assert!(counter(&delta, "receiver_missing") > 0, "{delta}");
-    assert_eq!(
-        counter(&delta, "receiver_channels_complete") + counter(&delta, "receiver_channels_failed"),
-        1,
-        "the file was decided: {delta}"
-    );
-}
-
-/// `diodon trial --resume`: a run in pieces. A finished 1-trial run, plus
+/// `diodon-lab trial --resume`: a run in pieces. A finished 1-trial run, plus
 /// the journal a killed second run left (one row, marked by its time), is
 /// resumed with `trials = 2`: the earlier rows are kept as they were, the
 /// journal's row is not run again, only the missing trial runs, and the
@@ -1139,4 +794,32 @@ fn trial_resume_adds_only_missing_trials_and_refuses_to_overwrite() {
     let empty = out_dir.with_file_name("empty-report");
     let none = run_trial_with(&plan, &empty, &name, &["--report-only"]);
     assert_eq!(none.status.code(), Some(2), "nothing to report");
+}
+
+/// Without the `diodon` binary a plan with the `diodon` tool is refused
+/// before anything is changed, with one sentence saying where the harness
+/// looked and how to give it.
+#[test]
+fn a_plan_without_the_diodon_binary_is_refused_with_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    fs::write(
+        &plan,
+        "tools = [\"diodon\"]\nbitrates_mbps = [100]\ntrials = 1\n",
+    )
+    .unwrap();
+    let gone = dir.path().join("no-such-diodon");
+    let out = run_trial_with(
+        &plan,
+        &dir.path().join("out"),
+        "unused",
+        &["--diodon", gone.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("not found at {}", gone.display())) && said.contains("--diodon"),
+        "{said}"
+    );
+    assert!(!dir.path().join("out/trials.csv").exists());
 }

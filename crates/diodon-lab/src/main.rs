@@ -1,52 +1,105 @@
-//! `diodon trial PLAN.toml`: the packet-loss thesis's experiment as a tool
-//! (see `diodon_lab::trial` and `diodon_lab::report`).
+//! `diodon-lab`: the measuring lab's own binary, so the gateway binary
+//! `diodon` links none of it (no plotting, no SHA-256, no trial harness).
+//! `diodon-lab trial PLAN.toml` runs the packet-loss thesis's experiment
+//! (see `diodon_lab::trial` and `diodon_lab::report`) with the `diodon`
+//! binary it finds next to itself, or the one `--diodon PATH` names.
 //!
 //! ```text
-//!  plan ─► diodon_lab::trial::run (testbed, guards, rmem, trials) ─► rows
-//!       ─► diodon_lab::report::write_all ─► CSV, testresults.txt, summary.txt, PNG
+//!  plan ─► diodon_lab::trial::run (testbed, guards, rmem, trials; runs `diodon send|recv`)
+//!       ─► rows ─► diodon_lab::report::write_all ─► CSV, testresults.txt, summary.txt, PNG
 //! ```
+//!
+//! Exit codes: 0 all trials ran (whatever their outcome); 2 bad plan or
+//! usage; 3 the harness itself failed; 130 interrupted (the trials that
+//! completed are written all the same).
 
-use crate::fatal::Fatal;
-use clap::Args;
+use anyhow::anyhow;
+use clap::{Args, Parser, Subcommand};
 use diodon_apps::report::Exit;
 use diodon_lab::plan::Plan;
 use diodon_lab::report;
 use diodon_lab::resume::{self, Journal, TrialKey};
-use diodon_lab::trial::{self, Row, RunOptions, TrialError};
+use diodon_lab::row::Row;
+use diodon_lab::trial::{self, RunOptions, TrialError};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// `diodon trial`.
+/// diodon-lab: measure Diodon against netcat and pydiode across a diode.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
+    Trial(TrialArgs),
+}
+
+/// `diodon-lab trial`.
 #[derive(Debug, Args)]
-pub struct TrialArgs {
+struct TrialArgs {
     /// The plan (TOML).
-    pub plan: PathBuf,
+    plan: PathBuf,
     /// Output directory (default: results/<plan file stem>).
     #[arg(long)]
-    pub out: Option<PathBuf>,
+    out: Option<PathBuf>,
+    /// The `diodon` gateway binary the trials run (default: the one next to
+    /// this `diodon-lab`, as `cargo build` puts them).
+    #[arg(long, value_name = "PATH")]
+    diodon: Option<PathBuf>,
     /// `scripts/testbed.sh` (default: `$DIODON_TESTBED`, `./scripts/testbed.sh`,
     /// or next to the binary's source tree).
     #[arg(long)]
-    pub testbed: Option<PathBuf>,
+    testbed: Option<PathBuf>,
     /// Testbed name (namespaces NAME-tx / NAME-rx). Default: dtr<pid>.
     #[arg(long)]
-    pub name: Option<String>,
+    name: Option<String>,
     /// No per-trial progress lines.
     #[arg(long)]
-    pub quiet: bool,
+    quiet: bool,
     /// Add trials to the results already in the output directory (a run
     /// that finished, was interrupted, or was killed): the trials it has are
     /// skipped, the rest run, and the reports cover all of them. The plan
     /// must be the earlier one but for `trials` (raise it for more rounds).
     #[arg(long)]
-    pub resume: bool,
+    resume: bool,
     /// Run no trials: rewrite the reports (per-cell CSVs, testresults.txt,
     /// summary.txt, table.md, plots) from the trials the output directory
     /// holds, including a killed run's journal — e.g. after an upgrade of
     /// the report, or to read a run that is still going.
     #[arg(long, conflicts_with = "resume")]
-    pub report_only: bool,
+    report_only: bool,
+}
+
+/// An error with the exit status it maps to.
+struct Fatal(Exit, anyhow::Error);
+
+impl Fatal {
+    fn config(e: impl Into<anyhow::Error>) -> Fatal {
+        Fatal(Exit::Config, e.into())
+    }
+
+    fn io(e: impl Into<anyhow::Error>) -> Fatal {
+        Fatal(Exit::Io, e.into())
+    }
+}
+
+fn main() -> ExitCode {
+    let Command::Trial(args) = Cli::parse().cmd;
+    match run(&args) {
+        Ok(exit) => ExitCode::from(exit.code()),
+        Err(Fatal(exit, e)) => {
+            eprintln!("diodon-lab: {e:#}");
+            ExitCode::from(exit.code())
+        }
+    }
 }
 
 fn find_testbed(given: Option<&Path>) -> PathBuf {
@@ -60,7 +113,7 @@ fn find_testbed(given: Option<&Path>) -> PathBuf {
     if here.is_file() {
         return here;
     }
-    // target/<profile>/diodon → <tree>/scripts/testbed.sh
+    // target/<profile>/diodon-lab → <tree>/scripts/testbed.sh
     std::env::current_exe()
         .ok()
         .and_then(|e| {
@@ -71,24 +124,37 @@ fn find_testbed(given: Option<&Path>) -> PathBuf {
         .unwrap_or(here)
 }
 
-/// A flag set by SIGINT/SIGTERM. Unlike the transfer commands, a second
-/// signal does not exit at once: the harness must still kill its children,
-/// restore `net.core.rmem_*` and take the testbed down.
+/// The `diodon` binary: `--diodon PATH`, else the one next to this
+/// executable (`cargo build` puts both into the same target directory). A
+/// plan with the `diodon` tool refuses to start when it is not there, and
+/// says where it looked.
+fn find_diodon(given: Option<&Path>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_owned();
+    }
+    let name = format!("diodon{}", std::env::consts::EXE_SUFFIX);
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join(&name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// A flag set by SIGINT/SIGTERM. A second signal does not exit at once:
+/// the harness must still kill its children, restore `net.core.rmem_*` and
+/// take the testbed down.
 fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
     let _ = ctrlc::set_handler(move || {
-        eprintln!("diodon: stopping the trial run, restoring the system");
+        eprintln!("diodon-lab: stopping the trial run, restoring the system");
         s.store(true, Ordering::SeqCst);
     });
     stop
 }
 
-/// Runs `diodon trial`. Exit: 0 all trials ran (whatever their outcome);
-/// 2 bad plan; 3 the harness itself failed; 130 interrupted (the trials that
-/// completed are written all the same).
-pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
-    let plan = Plan::load(&a.plan).map_err(|e| Fatal::config(e.into()))?;
+/// Runs `diodon-lab trial`.
+fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
+    let plan = Plan::load(&a.plan).map_err(Fatal::config)?;
     let stem = a
         .plan
         .file_stem()
@@ -103,14 +169,14 @@ pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
     let prior = earlier_rows(a, &plan, &out)?;
     // The plan goes in first: a killed run's journal is resumable only
     // next to the plan it was measured with.
-    std::fs::create_dir_all(&out).map_err(|e| Fatal::io(e.into()))?;
+    std::fs::create_dir_all(&out).map_err(Fatal::io)?;
     let copy = out.join("plan.toml");
     // Never copy the plan onto itself (that would truncate it).
     if std::fs::canonicalize(&a.plan).ok() != std::fs::canonicalize(&copy).ok() {
-        std::fs::copy(&a.plan, &copy).map_err(|e| Fatal::io(e.into()))?;
+        std::fs::copy(&a.plan, &copy).map_err(Fatal::io)?;
     }
     let opts = RunOptions {
-        diodon_bin: std::env::current_exe().map_err(|e| Fatal::io(e.into()))?,
+        diodon_bin: find_diodon(a.diodon.as_deref()),
         testbed_script: find_testbed(a.testbed.as_deref()),
         out_dir: out.clone(),
         testbed_name: a
@@ -131,24 +197,24 @@ pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
             rows.sort_by_key(|r| r.trial);
             rows
         }
-        Err(e @ TrialError::Plan(_)) => return Err(Fatal::config(e.into())),
-        Err(e) => return Err(Fatal::io(e.into())),
+        Err(e @ TrialError::Plan(_)) => return Err(Fatal::config(e)),
+        Err(e) => return Err(Fatal::io(e)),
     };
     let interrupted = opts.stop.load(Ordering::Relaxed);
     if interrupted {
         eprintln!(
-            "diodon: trial run interrupted with {} trials in all; rmem and testbed restored, writing the partial results",
+            "diodon-lab: trial run interrupted with {} trials in all; rmem and testbed restored, writing the partial results",
             rows.len()
         );
         if rows.is_empty() {
-            Journal::remove(&out).map_err(|e| Fatal::io(e.into()))?;
+            Journal::remove(&out).map_err(Fatal::io)?;
             return Ok(Exit::Interrupted);
         }
     }
     write_reports(&out, &rows)?;
     // Every row is in trials.csv now.
-    Journal::remove(&out).map_err(|e| Fatal::io(e.into()))?;
-    eprintln!("diodon: results in {}", out.display());
+    Journal::remove(&out).map_err(Fatal::io)?;
+    eprintln!("diodon-lab: results in {}", out.display());
     Ok(if interrupted {
         Exit::Interrupted
     } else {
@@ -158,7 +224,7 @@ pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
 
 /// Writes every report of `rows` into `out` and prints the summary.
 fn write_reports(out: &Path, rows: &[Row]) -> Result<(), Fatal> {
-    report::write_all(out, rows).map_err(|e| Fatal::io(e.into()))?;
+    report::write_all(out, rows).map_err(Fatal::io)?;
     print!("{}", report::summary(&report::cells(rows)));
     Ok(())
 }
@@ -169,27 +235,26 @@ fn write_reports(out: &Path, rows: &[Row]) -> Result<(), Fatal> {
 fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fatal> {
     if !a.resume {
         if resume::has_results(out) {
-            return Err(Fatal::config(anyhow::anyhow!(
-                    "{} already holds trial results; --resume adds trials to them, or choose another --out",
-                    out.display()
-                ),
-            ));
+            return Err(Fatal::config(anyhow!(
+                "{} already holds trial results; --resume adds trials to them, or choose another --out",
+                out.display()
+            )));
         }
         return Ok(Vec::new());
     }
     let earlier = out.join("plan.toml");
     if earlier.is_file() {
-        let earlier = Plan::load(&earlier).map_err(|e| Fatal::config(e.into()))?;
-        resume::same_measurement(&earlier, plan).map_err(|e| Fatal::config(e.into()))?;
+        let earlier = Plan::load(&earlier).map_err(Fatal::config)?;
+        resume::same_measurement(&earlier, plan).map_err(Fatal::config)?;
     } else if resume::has_results(out) {
-        return Err(Fatal::config(anyhow::anyhow!(
+        return Err(Fatal::config(anyhow!(
             "{} has results but no plan.toml: cannot tell whether the plan measures the same cells",
             out.display()
         )));
     }
-    let rows = resume::prior_rows(out).map_err(|e| Fatal::io(e.into()))?;
+    let rows = resume::prior_rows(out).map_err(Fatal::io)?;
     if let Some(r) = rows.iter().find(|r| r.in_file_size != plan.file.size) {
-        return Err(Fatal::config(anyhow::anyhow!(
+        return Err(Fatal::config(anyhow!(
             "{} holds trials of a {}-byte file, the plan sends {} bytes",
             out.display(),
             r.in_file_size,
@@ -197,7 +262,7 @@ fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fata
         )));
     }
     eprintln!(
-        "diodon: resuming {}: {} trials already done",
+        "diodon-lab: resuming {}: {} trials already done",
         out.display(),
         rows.len()
     );
@@ -207,16 +272,16 @@ fn earlier_rows(a: &TrialArgs, plan: &Plan, out: &Path) -> Result<Vec<Row>, Fata
 /// `--report-only`: the reports of the trials in `out`, none run. The
 /// journal is left alone (a run may still be appending to it).
 fn report_only(out: &Path) -> Result<Exit, Fatal> {
-    let rows = resume::prior_rows(out).map_err(|e| Fatal::io(e.into()))?;
+    let rows = resume::prior_rows(out).map_err(Fatal::io)?;
     if rows.is_empty() {
-        return Err(Fatal::config(anyhow::anyhow!(
+        return Err(Fatal::config(anyhow!(
             "{} holds no trial results to report",
             out.display()
         )));
     }
     write_reports(out, &rows)?;
     eprintln!(
-        "diodon: reports of {} trials rewritten in {}",
+        "diodon-lab: reports of {} trials rewritten in {}",
         rows.len(),
         out.display()
     );
