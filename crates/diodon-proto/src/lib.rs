@@ -20,8 +20,6 @@
 pub mod fec;
 #[doc(hidden)]
 pub mod fuzzing;
-#[doc(hidden)]
-pub mod loopback;
 pub mod pacer;
 pub mod pool;
 pub mod receiver;
