@@ -8,6 +8,7 @@
 //!  report    CSV (Table A.1 + Diodon columns), testresults.txt, summary, PNG plots
 //!  resume    the run journal, reading rows back, continuing a run (`--resume`)
 //!  recovery  what a run changes, recorded first: a killed run is undone by the next
+//!  relay     seeded impairment relay (UDP or TUN pair): diodon-sim's nodes on the wall clock
 //! ```
 //!
 //! Everything here drives the kernel through `ip`, `nft` and `/proc`, and
@@ -18,6 +19,7 @@ pub mod guard;
 pub mod nft;
 pub mod plan;
 pub mod recovery;
+pub mod relay;
 pub mod report;
 pub mod resume;
 pub mod stats;

@@ -5,13 +5,15 @@
 //! model means the same thing in a simulation and on a real socket.
 //!
 //! ```text
-//!   send ─▶ Bernoulli(loss) ─▶ Corrupt ─▶ Duplicate ─▶ Delay(delay + U[0, jitter]) ─▶ Reorder(+gap) ─▶
-//!            seed.derive(0)    derive(1)   derive(2)    derive(3)                      derive(4)
+//!   send ─▶ Bernoulli(loss) ─▶ Corrupt ─▶ Duplicate ─▶ Reorder(+gap) ─▶ Delay(delay + U[0, jitter]) ─▶
+//!            seed.derive(0)    derive(1)   derive(2)    derive(4)        derive(3)
 //! ```
 //!
 //! A zero setting adds no node (an all-zero impairment is a perfect link),
 //! and each random node draws from its own sub-seed, so turning one
-//! impairment on or off does not change the draws of the others.
+//! impairment on or off does not change the draws of the others. Every
+//! decision about a datagram (lost, damaged, copied, held back) is taken
+//! the moment it is sent; only the delay follows.
 
 use std::time::Duration;
 
@@ -71,17 +73,17 @@ impl Impairment {
         if self.duplicate > 0.0 {
             link = link.with(Duplicate::new(self.duplicate, seed.derive(2)));
         }
-        if !self.jitter.is_zero() {
-            link = link.with(Delay::with_jitter(self.delay, self.jitter, seed.derive(3)));
-        } else if !self.delay.is_zero() {
-            link = link.with(Delay::new(self.delay));
-        }
         if self.reorder > 0.0 && !self.reorder_gap.is_zero() {
             link = link.with(Reorder::with_gap(
                 self.reorder,
                 self.reorder_gap,
                 seed.derive(4),
             ));
+        }
+        if !self.jitter.is_zero() {
+            link = link.with(Delay::with_jitter(self.delay, self.jitter, seed.derive(3)));
+        } else if !self.delay.is_zero() {
+            link = link.with(Delay::new(self.delay));
         }
         link
     }
@@ -111,7 +113,7 @@ mod tests {
         .collect();
         assert_eq!(
             names,
-            ["bernoulli", "corrupt", "duplicate", "delay", "reorder"]
+            ["bernoulli", "corrupt", "duplicate", "reorder", "delay"]
         );
     }
 

@@ -10,7 +10,7 @@ use crate::args::parse_duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use diodon_apps::report::Exit;
-use diodon_io::relay::{self, Impairment, RelayStats};
+use diodon_lab::relay::{self, Direction, Impairment, RelayStats, Seed};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -66,19 +66,24 @@ pub fn run(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
             bail!("{name} {v}: expected a percentage 0..100");
         }
     }
-    let imp = Impairment {
-        delay: a.delay,
-        loss: a.loss / 100.0,
-        reorder: a.reorder / 100.0,
-        reorder_gap: a.reorder_gap,
-        seed: a.seed,
+    let forward = Direction {
+        impairment: Impairment {
+            delay: a.delay,
+            loss: a.loss / 100.0,
+            reorder: a.reorder / 100.0,
+            reorder_gap: a.reorder_gap,
+            ..Impairment::default()
+        },
+        seed: Seed(a.seed),
     };
     let imp = (
-        imp,
-        Impairment {
-            loss: reverse_loss / 100.0,
-            seed: a.seed.wrapping_add(1),
-            ..imp
+        forward,
+        Direction {
+            impairment: Impairment {
+                loss: reverse_loss / 100.0,
+                ..forward.impairment
+            },
+            seed: Seed(a.seed.wrapping_add(1)),
         },
     );
     let stats = Arc::new(RelayStats::default());
