@@ -59,7 +59,7 @@ impl Impairment {
     }
 
     /// Appends the nodes producing these impairments to `link` (after an
-    /// [`Outage`](crate::Outage), say).
+    /// [`Outage`](crate::nodes::Outage), say).
     ///
     /// # Panics
     /// If a probability lies outside `[0, 1]`.
@@ -92,7 +92,7 @@ impl Impairment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Timestamp;
+    use diodon_proto::Timestamp;
 
     #[test]
     fn zero_impairment_is_a_perfect_link() {
@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn loss_and_delay_as_configured_and_reproducible() {
         let seed = Seed::from_env_or(31);
-        let _report = crate::SeedReport::new("impairment_loss_and_delay", &seed);
+        let _report = crate::seed::SeedReport::new("impairment_loss_and_delay", &seed);
         let imp = Impairment {
             loss: 0.05,
             delay: Duration::from_millis(10),

@@ -240,7 +240,7 @@ fn a_lossy_seeded_link_is_reproducible() {
         (pair.b.received, pair.link.totals().dropped)
     };
     let seed = Seed::from_env_or(41);
-    let _report = crate::SeedReport::new("a_lossy_seeded_link_is_reproducible", &seed);
+    let _report = crate::seed::SeedReport::new("a_lossy_seeded_link_is_reproducible", &seed);
     let (got, dropped) = run(seed);
     assert_eq!((got.clone(), dropped), run(seed));
     assert_eq!(got.len() as u64 + dropped, 1000);
