@@ -2,7 +2,7 @@
 # bench-deltat.sh — Delta-t vs Linux TCP under delay and loss (delta-t thesis, chapter 5).
 #
 #   ${TB}-tx (sender)                                          ${TB}-rx (receiver)
-#   dt0 10.78.0.1 ──IP──▶ diodon relay --tun dt0 (delay RTT/2 each way,  ──IP──▶ dt0 10.78.0.2
+#   dt0 10.78.0.1 ──IP──▶ diodon-lab relay --tun dt0 (delay RTT/2 each way,  ──IP──▶ dt0 10.78.0.2
 #                 ◀──IP── loss on the data direction only, seeded)      ◀──IP──
 #   (the namespaces come from scripts/testbed.sh up --bidirectional: veth, no one-way guard)
 #
@@ -51,10 +51,12 @@ QUICK=no
 [[ $(id -u) -eq 0 ]] || { echo "bench-deltat: must run as root" >&2; exit 1; }
 
 if [[ -z ${BIN:-} ]]; then
-    cargo build --release -q -p diodon
+    cargo build --release -q -p diodon -p diodon-lab
     BIN="${CARGO_TARGET_DIR:-target}/release/diodon"
 fi
 BIN=$(realpath "$BIN")
+# The impairment relay is a lab instrument: the diodon-lab binary next to diodon.
+LAB=${LAB:-$(dirname "$BIN")/diodon-lab}
 
 WORK=$(mktemp -d)
 RELAY_PID=""
@@ -76,7 +78,7 @@ head -c $((SIZE_LOSS_MB * 1000000)) /dev/urandom >"$WORK/loss.bin"
 relay_start() { # rtt_ms loss_pct seed
     local half
     half=$(awk -v r="$1" 'BEGIN { printf "%.3fms", r / 2 }')
-    "$BIN" relay --tun dt0 --ns-a "$NS_TX" --ns-b "$NS_RX" --delay "$half" \
+    "$LAB" relay --tun dt0 --ns-a "$NS_TX" --ns-b "$NS_RX" --delay "$half" \
         --loss "$2" --reverse-loss 0 --seed "$3" 2>>"$WORK/relay.log" &
     RELAY_PID=$!
     local i
@@ -184,4 +186,4 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
 echo "relay counters (per point, forward = data direction):"
-grep 'relay forward' "$WORK/relay.log" | sed 's/^diodon: /  /'
+grep 'relay forward' "$WORK/relay.log" | sed 's/^diodon-lab: /  /'

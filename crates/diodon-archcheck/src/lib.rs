@@ -466,9 +466,13 @@ pub fn workspace_roots(workspace: &Path) -> Result<Vec<(String, PathBuf)>, Error
         }
         if src.join("bin").is_dir() {
             for bin in read_dir(&src.join("bin"))? {
+                let stem = bin.file_stem().map(|s| s.to_string_lossy().into_owned());
+                let label = format!("{package} (bin {})", stem.unwrap_or_default());
                 if bin.extension().is_some_and(|e| e == "rs") {
-                    let stem = bin.file_stem().map(|s| s.to_string_lossy().into_owned());
-                    out.push((format!("{package} (bin {})", stem.unwrap_or_default()), bin));
+                    out.push((label, bin));
+                } else if bin.join("main.rs").is_file() {
+                    // A binary with modules of its own: src/bin/NAME/main.rs.
+                    out.push((label, bin.join("main.rs")));
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! The extensions beyond the thesis header, measured in virtual time over the
-//! seeded link: window scaling (`W`), SACK and CUBIC against the thesis's
+//! seeded simulated link (diodon-sim): window scaling (`W`), SACK and CUBIC against the thesis's
 //! connection (16-bit window, cumulative acks, `NewReno`). Virtual time makes
 //! the comparison exact and repeatable; these are not wall-clock timings.
 
@@ -58,6 +58,10 @@ fn scaled_window_removes_the_64_kib_cap() {
     let thesis = transfer(&thesis_config(), 1, total, delay, 0.0);
     let ours = transfer(&default_config(), 1, total, delay, 0.0);
     let rtts = |d: Duration| d.as_secs_f64() / 0.1;
+    eprintln!(
+        "scaled: thesis {:?} ours {:?}",
+        thesis.elapsed, ours.elapsed
+    );
     assert!(rtts(thesis.elapsed) > 70.0, "thesis: {:?}", thesis.elapsed);
     assert!(rtts(ours.elapsed) < 15.0, "ours: {:?}", ours.elapsed);
     assert_eq!(ours.a.retransmissions, 0);
@@ -88,6 +92,7 @@ fn sack_repairs_losses_without_waiting_for_timeouts() {
         with_rto += with.a.rto_expirations;
         without_rto += without.a.rto_expirations;
     }
+    eprintln!("sack: RTOs with {with_rto} without {without_rto}");
     assert!(
         with_rto * 2 < without_rto,
         "RTOs: with SACK {with_rto}, without {without_rto}"
@@ -125,6 +130,7 @@ fn bbr_is_not_slowed_by_random_loss() {
         cubic_time += transfer(&default_config(), seed, 1_000_000, delay, 0.05).elapsed;
         bbr_time += transfer(&bbr, seed, 1_000_000, delay, 0.05).elapsed;
     }
+    eprintln!("bbr: {bbr_time:?} cubic {cubic_time:?}");
     assert!(
         bbr_time * 4 < cubic_time,
         "BBR {bbr_time:?} vs CUBIC {cubic_time:?}"
@@ -142,6 +148,7 @@ fn verdict_exchange(
     link: LinkConfig,
     read_per_step: usize,
 ) -> Duration {
+    let _report = common::report("verdict_exchange", seed);
     let (mut sim, h) = connected_sim(cfg, seed, link);
     let (mut written, mut read) = (0, 0);
     let mut rx = None;
@@ -151,7 +158,7 @@ fn verdict_exchange(
     let mut one = [0u8; 1];
     loop {
         assert!(
-            sim.now.as_millis() < 600_000,
+            sim.now().as_millis() < 600_000,
             "seed {seed}: no verdict: read {read}/{total} written {written} b_gone {b_gone}\na {:?}\nb {:?}",
             sim.a.stats(),
             sim.b.stats()
@@ -168,7 +175,7 @@ fn verdict_exchange(
             match sim.a.read(h, &mut one) {
                 Ok(1) => {
                     return sim
-                        .now
+                        .now()
                         .saturating_duration_since(diodon_proto::Timestamp::ZERO)
                 }
                 Ok(_) | Err(Error::WouldBlock) => {}

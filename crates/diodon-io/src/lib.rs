@@ -21,7 +21,6 @@
 //! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
 //!   per-interface statistics), snapshots and saturating deltas.
 //! - [`deltat_driver`]: Delta-t endpoint on a UDP socket, `DeltatListener`/`DeltatStream`.
-//! - [`relay`]: seeded impairment relay (delay, loss, reordering) for UDP or TUN pairs.
 //! - [`tun`]: open a TUN device (IP packets in user space).
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
@@ -31,7 +30,6 @@ pub mod clock;
 pub mod counters;
 pub mod deltat_driver;
 pub mod netns;
-pub mod relay;
 pub mod route;
 pub mod tun;
 pub mod udp;

@@ -22,6 +22,8 @@
 //!                                                                    recovery, resume
 //!  measure   one trial: start, time, wait, verify, measure ─► Row  ◄ error, tools, testfile, ...
 //!  trial     the run loop: rounds × cells, link, rmem, journal     ◄ measure and the rest
+//!  relay     seeded impairment relay (UDP or TUN pair): diodon-sim's nodes
+//!            on the wall clock (for transports with a return path)   (leaf)
 //! ```
 //!
 //! The arrows are the only imports between the modules: no module imports
@@ -36,6 +38,7 @@ mod measure;
 pub mod plan;
 pub mod plot;
 pub mod recovery;
+pub mod relay;
 pub mod report;
 pub mod resume;
 pub mod row;

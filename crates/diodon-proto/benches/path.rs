@@ -2,12 +2,12 @@
 //! CRC32C, emit) → receiver (validate, gather, deliver, BLAKE3, verify),
 //! unpaced. Throughput is channel payload bytes; at 10 % repair and
 //! 8952-byte symbols the goal is ≥ 8 Gbit/s (1 GB/s). One case loses 2 % of
-//! datagrams (seeded pseudo-random) so the receiver decodes too.
+//! datagrams (seeded, `diodon_sim::transfer`) so the receiver decodes too.
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use diodon_proto::loopback::in_memory_transfer;
 use diodon_proto::{RepairRatio, SenderConfig, SymbolSize};
+use diodon_sim::transfer::in_memory_transfer;
 
 const CHANNEL: usize = 32 << 20;
 

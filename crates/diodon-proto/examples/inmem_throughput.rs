@@ -1,13 +1,14 @@
 //! In-memory path throughput per CPU second: runs one session of five
-//! 64 MiB channels through the loopback transfer and
+//! 64 MiB channels through the in-memory transfer (`diodon_sim::transfer`:
+//! the simulator loop, one batch at a time) and
 //! divides payload by the CPU time this thread actually ran (from
 //! /proc/thread-self/schedstat), so the figure holds on a busy machine where
 //! wall-clock benchmarks are noisy.
 //!
 //! `cargo run --release -p diodon-proto --example inmem_throughput`
 
-use diodon_proto::loopback::{in_memory_transfer, in_memory_transfer_metered, Side};
 use diodon_proto::{RepairRatio, SenderConfig, SymbolSize};
+use diodon_sim::transfer::{in_memory_transfer, in_memory_transfer_metered, Side};
 
 fn cpu_ns() -> u64 {
     std::fs::read_to_string("/proc/thread-self/schedstat")

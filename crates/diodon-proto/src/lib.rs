@@ -21,8 +21,6 @@ pub mod fec;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-#[doc(hidden)]
-pub mod loopback;
 pub mod pacer;
 pub mod pool;
 pub mod receiver;

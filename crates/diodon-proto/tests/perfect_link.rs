@@ -1,8 +1,9 @@
 //! Transfers over a lossless link: the baseline every other test builds on.
 mod common;
 
-use common::{payload, PerfectLink, Transfer};
+use common::{payload, Transfer};
 use diodon_proto::{Event, ReceiverConfig, SenderConfig};
+use diodon_sim::Link;
 use std::time::Duration;
 
 #[test]
@@ -31,7 +32,7 @@ fn files_of_every_shape_arrive_intact() {
         7,
         &payloads,
     );
-    t.run(&mut PerfectLink::default(), Duration::from_secs(30));
+    t.run(&mut Link::new(), Duration::from_secs(30));
     assert!(t.out.failed.is_empty(), "failed: {:?}", t.out.failed);
     for ((id, _, _), p) in t.channels.iter().zip(&payloads) {
         assert_eq!(

@@ -6,7 +6,7 @@
 mod common;
 
 use common::oracle::Oracle;
-use common::{payload, PerfectLink, Transfer};
+use common::{payload, Transfer};
 use diodon_proto::wire::{parse_datagram, ChannelMeta, Integrity};
 use diodon_proto::{
     ChannelId, Event, FailReason, Mismatch, Rate, Receiver, ReceiverConfig, RepairRatio, Sender,
@@ -320,6 +320,6 @@ fn perfect_link_sanity_with_keyed_mode() {
         ..ReceiverConfig::default()
     };
     let mut t = Transfer::new(scfg, rcfg, 4, &payloads);
-    t.run(&mut PerfectLink::default(), Duration::from_secs(10));
+    t.run(&mut Link::new(), Duration::from_secs(10));
     assert_eq!(t.out.complete.values().next(), Some(&payloads[0]));
 }

@@ -1,7 +1,16 @@
-//! Diodon's seeded in-memory link simulator: a virtual clock and a chain of
-//! composable link elements (loss, bursts, buffers, delay, reordering,
-//! duplication, corruption, rate limits, MTU) between a sans-IO sender and
-//! receiver.
+//! Diodon's seeded link simulator: the one owner of impairment (loss,
+//! bursts, buffers, delay, reordering, duplication, corruption, rate limits,
+//! MTU) and of stepping endpoints in virtual time.
+//!
+//! ```text
+//!   nodes ──▶ Link (one direction: a chain of nodes) ──▶ DuplexLink (one Link per direction)
+//!                                                           │
+//!   SimEndpoint (adapters: proto Sender / Receiver,         ▼
+//!                deltat Endpoint) ──────────────▶ Pair: the simulator loop, virtual time
+//!                                                           │
+//!             transfer: the in-memory one-way run ◀─────────┘   (benches, inmem_throughput)
+//!   Impairment: the usual chain as one value (Delta-t tests; the real-time relay in diodon-lab)
+//! ```
 //!
 //! Protocol tests drive it like a real network, but in virtual time and
 //! reproducibly: every random element draws from its own
@@ -20,44 +29,52 @@
 //!   every node sees non-decreasing `now` even behind Delay or Reorder.
 //! ```
 //!
-//! A minimal driving loop:
+//! Two endpoints of either protocol, stepped by the loop ([`Pair`]):
 //!
 //! ```
 //! use std::time::Duration;
-//! use diodon_proto::Timestamp;
-//! use diodon_sim::{Bernoulli, Delay, Link, Seed, SeedReport};
+//! use diodon_proto::wire::ChannelMeta;
+//! use diodon_proto::{Receiver, ReceiverConfig, Sender, SenderConfig, SessionId, Timestamp};
+//! use diodon_sim::{Bernoulli, DuplexLink, Link, Pair, Seed, SeedReport};
 //!
 //! let seed = Seed::from_env_or(7);
 //! let _report = SeedReport::new("doc_example", &seed);
-//! let mut link = Link::new()
-//!     .with(Bernoulli::new(0.1, seed.derive(0)))
-//!     .with(Delay::new(Duration::from_millis(5)));
-//! for i in 0..100u8 {
-//!     link.send(Timestamp::from_millis(u64::from(i)), vec![i]);
-//! }
-//! let mut received = 0;
-//! while let Some(t) = link.next_delivery() {
-//!     while let Some((_at, _datagram)) = link.poll_deliver(t) {
-//!         received += 1;
-//!     }
-//! }
-//! assert_eq!(received + link.stats()[0].1.dropped, 100);
+//! let now = Timestamp::from_millis(1);
+//! let mut sender = Sender::new(SenderConfig::default(), SessionId(1), now).unwrap();
+//! let ch = sender.open_channel(ChannelMeta::file("f", 100_000)).unwrap();
+//! assert_eq!(sender.write(now, ch, &[7u8; 100_000]).unwrap(), 100_000);
+//! sender.finish(now, ch).unwrap();
+//! let link = DuplexLink::one_way(Link::new().with(Bernoulli::new(0.01, seed.derive(0))));
+//! let receiver = Receiver::new(ReceiverConfig::default(), now);
+//! let mut pair = Pair::new(sender, receiver, link).starting_at(now).with_seed(seed);
+//! let limit = now + Duration::from_secs(10);
+//! assert!(pair.run_until(limit, |p| p.b.stats().channels_complete == 1));
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod adapters;
 pub mod clock;
+pub mod duplex;
+pub mod endpoint;
+pub mod impairment;
 pub mod link;
 pub mod node;
 pub mod nodes;
+pub mod pair;
 pub mod seed;
+pub mod transfer;
 
 pub use clock::VirtualClock;
+pub use duplex::DuplexLink;
+pub use endpoint::{Side, SimEndpoint, Transmit};
+pub use impairment::Impairment;
 pub use link::Link;
 pub use node::{LinkNode, NodeStats};
 pub use nodes::{
     Bernoulli, Corrupt, Delay, Duplicate, GilbertElliott, Mtu, Outage, RateLimit, Reorder,
     TailDropBuffer,
 };
+pub use pair::{Pair, ADDR_A, ADDR_B};
 pub use seed::{ParseSeedError, Seed, SeedReport};
 
 pub use diodon_proto::Timestamp;

@@ -7,8 +7,9 @@
 //!                 └── every heap is keyed by (time, insertion counter) ─┘
 //! ```
 //!
-//! Processing is lazy: advancing to `now` (done by [`Link::poll_deliver`])
-//! takes every entry due at or before `now` out of stage 0's heap, in
+//! Advancing to `now` (done by [`Link::send`] up to the send time, and by
+//! [`Link::poll_deliver`]) takes every entry due at or before `now` out of
+//! stage 0's heap, in
 //! (time, insertion) order, offers it to node 0 at its time and pushes the
 //! outputs into stage 1's heap; then does the same for stage 1, and so on.
 //! Outputs are never earlier than their input, so when stage `i` runs, all of
@@ -109,6 +110,9 @@ impl Link {
             Some(stage) => stage.input.push(entry),
             None => self.output.push(entry),
         }
+        // Take it through every node it reaches by `at` now, so
+        // `next_delivery` says when it arrives, not when it was sent.
+        self.advance(at);
     }
 
     /// A wake-up hint: the earliest time anything is pending anywhere in the
@@ -178,6 +182,27 @@ impl Link {
             .iter()
             .map(|s| (s.node.name(), s.node.stats()))
             .collect()
+    }
+
+    /// The counters of all nodes added up: what the chain as a whole did
+    /// (`dropped` is every datagram lost anywhere in it).
+    pub fn totals(&self) -> NodeStats {
+        let mut t = NodeStats::default();
+        for s in &self.stages {
+            let n = s.node.stats();
+            t.offered += n.offered;
+            t.passed += n.passed;
+            t.dropped += n.dropped;
+            t.duplicated += n.duplicated;
+            t.corrupted += n.corrupted;
+            t.reordered += n.reordered;
+        }
+        t
+    }
+
+    /// Whether the chain has no nodes: a perfect, zero-delay link.
+    pub fn is_perfect(&self) -> bool {
+        self.stages.is_empty()
     }
 
     /// Moves every entry due at or before `now` through the chain, stage by

@@ -357,14 +357,18 @@ impl LinkNode for RateLimit {
 
 /// Holds back a random subset of datagrams so later ones overtake them.
 ///
-/// With probability `p` a datagram gets an extra delay uniform in
-/// `(0, max_extra_delay]` (at nanosecond resolution); the others pass at once.
-/// `reordered` counts the held-back datagrams (whether or not anything
-/// actually overtook them). Nothing is lost.
+/// With probability `p` a datagram gets an extra delay: uniform in
+/// `(0, max_extra_delay]` (at nanosecond resolution) with [`Reorder::new`],
+/// exactly `gap` with [`Reorder::with_gap`] (what `netem`'s reorder and the
+/// impairment relay do); the others pass at once. `reordered` counts the
+/// held-back datagrams (whether or not anything actually overtook them).
+/// Nothing is lost.
 #[derive(Debug)]
 pub struct Reorder {
     probability: f64,
     max_extra_nanos: u64,
+    /// Hold back by exactly `max_extra_nanos` instead of a uniform draw.
+    fixed: bool,
     rng: ChaCha8Rng,
     stats: NodeStats,
 }
@@ -376,8 +380,17 @@ impl Reorder {
         Reorder {
             probability,
             max_extra_nanos: duration_nanos(max_extra_delay),
+            fixed: false,
             rng: seed.rng(),
             stats: NodeStats::default(),
+        }
+    }
+
+    /// Holds back each datagram with `probability`, by exactly `gap`.
+    pub fn with_gap(probability: f64, gap: Duration, seed: Seed) -> Reorder {
+        Reorder {
+            fixed: true,
+            ..Reorder::new(probability, gap, seed)
         }
     }
 }
@@ -388,7 +401,11 @@ impl LinkNode for Reorder {
         self.stats.passed += 1;
         if self.max_extra_nanos > 0 && self.rng.random_bool(self.probability) {
             self.stats.reordered += 1;
-            let extra = self.rng.random_range(1..=self.max_extra_nanos);
+            let extra = if self.fixed {
+                self.max_extra_nanos
+            } else {
+                self.rng.random_range(1..=self.max_extra_nanos)
+            };
             out.push((now + Duration::from_nanos(extra), datagram));
         } else {
             out.push((now, datagram));

@@ -44,8 +44,6 @@ pub enum Command {
     Recv(RecvArgs),
     /// Delta-t (reliable, needs a return path): send/recv a file, echo.
     Deltat(crate::deltat::DeltatArgs),
-    /// Impairment relay (delay, loss, reordering) over UDP or between two TUN devices.
-    Relay(crate::relay::RelayArgs),
     /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.

@@ -3,7 +3,7 @@
 //! to an exit code; it holds no logic a second front end would need.
 //!
 //! ```text
-//!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat | relay
+//!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
 //!              │                                            guard | stats
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
@@ -21,18 +21,15 @@ mod fatal;
 mod guard;
 mod progress;
 mod recv;
-mod relay;
 mod send;
 mod stats;
 mod stop;
-mod values;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
 use fatal::Fatal;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use stop::stop_flag;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -41,7 +38,6 @@ fn main() -> ExitCode {
         Command::Send(args) => send::run(&args),
         Command::Recv(args) => recv::run(&args),
         Command::Deltat(args) => deltat::run(&args).map_err(Fatal::io),
-        Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
     };

@@ -1,10 +1,14 @@
-//! `diodon deltat send/recv/echo` and `diodon relay` end to end on loopback:
+//! `diodon deltat send/recv/echo` end to end on loopback, also through the
+//! lab's impairment relay (`diodon-lab relay`, run in this process):
 //! a file through a lossy, delaying relay arrives identical with a verified
 //! verdict on both sides, over Delta-t and over TCP; the echo client gets its
 //! messages back.
 
+use diodon_lab::relay::{self, Direction, Impairment, RelayStats, Seed};
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -42,6 +46,51 @@ impl Drop for Guard {
     }
 }
 
+/// The lab's impairment relay (`diodon-lab relay`), run in this process:
+/// 5 ms each way, 5 % loss, 2 % reordered, seed 7. Stopped on drop.
+struct Relay {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(listen: SocketAddr, to: SocketAddr) -> Relay {
+        let forward = Direction {
+            impairment: Impairment {
+                delay: Duration::from_millis(5),
+                loss: 0.05,
+                reorder: 0.02,
+                reorder_gap: Duration::from_millis(5),
+                ..Impairment::default()
+            },
+            seed: Seed(7),
+        };
+        let backward = Direction {
+            seed: Seed(8),
+            ..forward
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let stats = Arc::new(RelayStats::default());
+            relay::run_udp(listen, to, (forward, backward), &stats, &s).expect("relay");
+        });
+        Relay {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn spawn(args: &[&str]) -> Guard {
     Guard(Some(
         Command::new(BIN)
@@ -75,22 +124,7 @@ fn transfer(tcp: bool, via_relay: bool) {
     let _relay;
     let to = if via_relay {
         let front = free_udp();
-        let (f, l) = (front.to_string(), listen.to_string());
-        _relay = Some(spawn(&[
-            "relay",
-            "--listen",
-            &f,
-            "--to",
-            &l,
-            "--delay",
-            "5ms",
-            "--loss",
-            "5",
-            "--reorder",
-            "2",
-            "--seed",
-            "7",
-        ]));
+        _relay = Some(Relay::start(front, listen));
         front
     } else {
         _relay = None;

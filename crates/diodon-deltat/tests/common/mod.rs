@@ -1,20 +1,23 @@
-//! A seeded, lossy, bidirectional in-memory link between two endpoints, and
-//! a virtual-time loop that drives them (test fixture; no clock, no sockets).
+//! The Delta-t test fixture: two endpoints on a seeded, lossy,
+//! bidirectional link, stepped in virtual time by the simulator loop
+//! (`diodon_sim::Pair`; no clock, no sockets).
 //!
 //! ```text
-//!   A ──poll_transmit──▶ [loss, delay+jitter, reorder, dup, corrupt] ──▶ B
-//!   A ◀──────────────── [          same, independent draws          ] ◀── B
+//!   A ──poll_transmit──▶ a_to_b: [outage?] loss ─ corrupt ─ dup ─ delay+jitter ─ reorder ──▶ B
+//!   A ◀───────────────── b_to_a: [outage?] same impairments, drawn independently ◀───────── B
 //! ```
+//!
+//! Each direction is a `diodon_sim::Impairment` chain seeded from the test's
+//! seed; `SIM_SEED=<n>` runs only seed `n` of a seeded loop ([`seeds`]).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::Duration;
 
 use diodon_deltat::{Config, ConnHandle, Endpoint, Error, Stats, WallClock};
 use diodon_proto::Timestamp;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use diodon_sim::{DuplexLink, Impairment, Link, Outage, Pair, Seed, SeedReport, Side};
+
+pub use diodon_sim::ADDR_B;
 
 /// Impairments of one direction (both directions use the same settings).
 #[derive(Debug, Clone, Copy)]
@@ -22,6 +25,7 @@ pub struct LinkConfig {
     pub loss: f64,
     pub delay: Duration,
     pub jitter: Duration,
+    /// Probability that a datagram is held back by three times `delay`.
     pub reorder: f64,
     pub duplicate: f64,
     pub corrupt: f64,
@@ -38,170 +42,81 @@ impl LinkConfig {
             corrupt: 0.01,
         }
     }
-}
 
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct InFlight {
-    at: Timestamp,
-    order: u64,
-    to_b: bool,
-    data: Vec<u8>,
-}
-
-/// The link plus counters of what it did.
-pub struct Link {
-    rng: ChaCha8Rng,
-    cfg: LinkConfig,
-    queue: BinaryHeap<Reverse<InFlight>>,
-    order: u64,
-    /// Set to make the link drop everything from now on.
-    pub cut: bool,
-    pub dropped: u64,
-    pub corrupted: u64,
-    pub duplicated: u64,
-}
-
-impl Link {
-    pub fn new(seed: u64, cfg: LinkConfig) -> Link {
-        Link {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            cfg,
-            queue: BinaryHeap::new(),
-            order: 0,
-            cut: false,
-            dropped: 0,
-            corrupted: 0,
-            duplicated: 0,
+    /// The same impairments as a simulator node chain.
+    pub fn impairment(&self) -> Impairment {
+        Impairment {
+            loss: self.loss,
+            corrupt: self.corrupt,
+            duplicate: self.duplicate,
+            delay: self.delay,
+            jitter: self.jitter,
+            reorder: self.reorder,
+            reorder_gap: self.delay * 3,
         }
-    }
-
-    pub fn rng(&mut self) -> &mut ChaCha8Rng {
-        &mut self.rng
-    }
-
-    fn send(&mut self, now: Timestamp, to_b: bool, mut data: Vec<u8>) {
-        if self.cut || self.rng.random_bool(self.cfg.loss) {
-            self.dropped += 1;
-            return;
-        }
-        if !data.is_empty() && self.rng.random_bool(self.cfg.corrupt) {
-            let bit = self.rng.random_range(0..data.len() * 8);
-            data[bit / 8] ^= 1 << (bit % 8);
-            self.corrupted += 1;
-        }
-        let copies = if self.rng.random_bool(self.cfg.duplicate) {
-            self.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let jitter = self.cfg.jitter.mul_f64(self.rng.random::<f64>());
-            let mut delay = self.cfg.delay + jitter;
-            if self.rng.random_bool(self.cfg.reorder) {
-                delay += self.cfg.delay * 3;
-            }
-            self.order += 1;
-            self.queue.push(Reverse(InFlight {
-                at: now + delay,
-                order: self.order,
-                to_b,
-                data: data.clone(),
-            }));
-        }
-    }
-
-    pub fn next_arrival(&self) -> Option<Timestamp> {
-        self.queue.peek().map(|Reverse(f)| f.at)
     }
 }
 
-pub const ADDR_A: &str = "10.0.0.1:4000";
-pub const ADDR_B: &str = "10.0.0.2:4000";
+/// Two Delta-t endpoints joined by a link, in virtual time.
+pub type Sim = Pair<Endpoint, Endpoint>;
 
-pub fn addr(s: &str) -> SocketAddr {
-    s.parse().expect("valid test address")
+/// `a` and `b` on a link impaired by `link` in both directions (drawn
+/// independently from `seed`), which goes down for good at `cut_at`.
+/// `DELTAT_TRACE=1` prints every segment sent.
+pub fn sim(
+    a: Endpoint,
+    b: Endpoint,
+    seed: u64,
+    link: LinkConfig,
+    cut_at: Option<Timestamp>,
+) -> Sim {
+    let seed = Seed(seed);
+    let direction = |stream| {
+        let mut l = Link::new();
+        if let Some(t) = cut_at {
+            l = l.with(Outage::new(t, Timestamp::MAX));
+        }
+        link.impairment().append_to(l, seed.derive(stream))
+    };
+    let pair = Pair::new(a, b, DuplexLink::new(direction(0), direction(1))).with_seed(seed);
+    if std::env::var_os("DELTAT_TRACE").is_none() {
+        return pair;
+    }
+    pair.with_trace(Box::new(|side: Side, now: Timestamp, d: &[u8]| {
+        eprintln!(
+            "{now:?} {side:?}> {}",
+            diodon_deltat::SegmentRepr::parse_bytes(d)
+                .map_or_else(|e| e.to_string(), |r| r.to_string())
+        );
+    }))
 }
 
-/// Two endpoints joined by a link, in virtual time.
-pub struct Sim {
-    pub a: Endpoint,
-    pub b: Endpoint,
-    pub link: Link,
-    pub now: Timestamp,
+/// The seeds a seeded loop runs: `range`, or only `SIM_SEED` when it is set
+/// (`DELTAT_SEED` is read too, as before).
+pub fn seeds(range: Range<u64>) -> Range<u64> {
+    match replay_seed() {
+        Some(s) => s..s + 1,
+        None => range,
+    }
 }
 
-impl Sim {
-    pub fn new(a: Endpoint, b: Endpoint, link: Link) -> Sim {
-        Sim {
-            a,
-            b,
-            link,
-            now: Timestamp::ZERO,
-        }
-    }
+/// Whether a single seed is being replayed (`SIM_SEED`): assertions over
+/// the whole set of seeds do not apply then.
+pub fn replaying() -> bool {
+    replay_seed().is_some()
+}
 
-    /// Moves every pending transmission onto the link.
-    pub fn flush(&mut self) {
-        let trace = std::env::var_os("DELTAT_TRACE").is_some();
-        while let Some((_, d)) = self.a.poll_transmit(self.now) {
-            if trace {
-                eprintln!(
-                    "{:?} A> {}",
-                    self.now,
-                    diodon_deltat::SegmentRepr::parse_bytes(&d)
-                        .map_or_else(|e| e.to_string(), |r| r.to_string())
-                );
-            }
-            self.link.send(self.now, true, d);
-        }
-        while let Some((_, d)) = self.b.poll_transmit(self.now) {
-            if trace {
-                eprintln!(
-                    "{:?} B> {}",
-                    self.now,
-                    diodon_deltat::SegmentRepr::parse_bytes(&d)
-                        .map_or_else(|e| e.to_string(), |r| r.to_string())
-                );
-            }
-            self.link.send(self.now, false, d);
-        }
-    }
-
-    /// Flushes, then advances to the next arrival or timer (at most `max`
-    /// later) and processes it. Returns false when nothing is pending at all.
-    pub fn step(&mut self, max: Duration) -> bool {
-        self.flush();
-        let next = [
-            self.link.next_arrival(),
-            self.a.poll_timeout(),
-            self.b.poll_timeout(),
-        ]
+fn replay_seed() -> Option<u64> {
+    ["SIM_SEED", "DELTAT_SEED"]
         .into_iter()
-        .flatten()
-        .min();
-        let limit = self.now + max;
-        let Some(next) = next else {
-            self.now = limit;
-            return false;
-        };
-        self.now = self.now.max(next.min(limit));
-        while self.link.next_arrival().is_some_and(|t| t <= self.now) {
-            let Some(Reverse(f)) = self.link.queue.pop() else {
-                break;
-            };
-            if f.to_b {
-                self.b.handle_datagram(self.now, addr(ADDR_A), &f.data);
-            } else {
-                self.a.handle_datagram(self.now, addr(ADDR_B), &f.data);
-            }
-        }
-        self.a.handle_timeout(self.now);
-        self.b.handle_timeout(self.now);
-        self.a.assert_consistent();
-        self.b.assert_consistent();
-        true
-    }
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|v| !v.trim().is_empty())
+        .map(|v| Seed::from_value_or(Some(&v), 0).expect("a valid seed").0)
+}
+
+/// Arms the `SIM_SEED=… reproduces this failure` line for a run of `seed`.
+pub fn report(test: &str, seed: u64) -> SeedReport {
+    SeedReport::new(test, &Seed(seed))
 }
 
 /// Byte `i` of the test stream with id `stream`.
@@ -238,8 +153,8 @@ pub fn connected_sim(cfg: &Config, seed: u64, link: LinkConfig) -> (Sim, ConnHan
     let a = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
     let mut b = Endpoint::new(cfg.clone(), WallClock::at_origin(1000)).expect("cfg");
     b.listen(2).expect("listen");
-    let mut sim = Sim::new(a, b, Link::new(seed, link));
-    let h = sim.a.connect(addr(ADDR_B), 2, 1).expect("connect");
+    let mut sim = sim(a, b, seed, link, None);
+    let h = sim.a.connect(ADDR_B, 2, 1).expect("connect");
     (sim, h)
 }
 
@@ -252,6 +167,7 @@ pub fn one_way_transfer(
     total: usize,
     link: LinkConfig,
 ) -> Result<Outcome, String> {
+    let _report = report("one_way_transfer", seed);
     let (mut sim, h) = connected_sim(cfg, seed, link);
     let (mut written, mut read) = (0, 0);
     let mut rx = None;
@@ -260,12 +176,12 @@ pub fn one_way_transfer(
         if let Ok(Some(e)) = sim.a.error(h) {
             return Err(format!(
                 "seed {seed}: failed at {:?}: {e}; a {:?}",
-                sim.now,
+                sim.now(),
                 sim.a.stats()
             ));
         }
         assert!(
-            sim.now.as_millis() < 3_600_000,
+            sim.now().as_millis() < 3_600_000,
             "seed {seed}: stalled at read {read} written {written}: a {:?} b {:?}",
             sim.a.stats(),
             sim.b.stats()
@@ -291,7 +207,7 @@ pub fn one_way_transfer(
         sim.step(Duration::from_millis(50));
     }
     Ok(Outcome {
-        elapsed: sim.now.saturating_duration_since(Timestamp::ZERO),
+        elapsed: sim.now().saturating_duration_since(Timestamp::ZERO),
         a: sim.a.stats().clone(),
     })
 }

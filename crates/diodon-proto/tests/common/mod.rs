@@ -1,5 +1,11 @@
-//! Test driver: runs a sender and a receiver against each other over a link
-//! in virtual time and collects what arrived.
+//! Test driver: runs a sender and a receiver against each other over a
+//! `diodon_sim::Link` in virtual time (the simulator loop, `diodon_sim::Pair`)
+//! and collects what arrived.
+//!
+//! ```text
+//!   payloads ─▶ Feeder(Sender) ─▶ Pair: a_to_b = the test's Link ─▶ Receiver ─▶ drain_events ─▶ Outcome
+//!               (writes between batches)                               (checks order, collects verdicts)
+//! ```
 #![allow(dead_code, reason = "each test binary uses a different part")]
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -8,47 +14,10 @@ use diodon_proto::{
     ChannelId, Event, FailReason, Receiver, ReceiverConfig, Sender, SenderConfig, SessionId,
     Timestamp,
 };
-use std::collections::{BTreeMap, VecDeque};
+use diodon_sim::{DuplexLink, Link, Pair, SimEndpoint, Transmit};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
-
-/// Anything that carries datagrams in virtual time.
-pub trait TestLink {
-    fn send(&mut self, now: Timestamp, datagram: Vec<u8>);
-    fn next_delivery(&self) -> Option<Timestamp>;
-    fn poll_deliver(&mut self, now: Timestamp) -> Option<(Timestamp, Vec<u8>)>;
-}
-
-/// A lossless, zero-delay FIFO.
-#[derive(Default)]
-pub struct PerfectLink(pub VecDeque<(Timestamp, Vec<u8>)>);
-
-impl TestLink for PerfectLink {
-    fn send(&mut self, now: Timestamp, datagram: Vec<u8>) {
-        self.0.push_back((now, datagram));
-    }
-    fn next_delivery(&self) -> Option<Timestamp> {
-        self.0.front().map(|x| x.0)
-    }
-    fn poll_deliver(&mut self, now: Timestamp) -> Option<(Timestamp, Vec<u8>)> {
-        if self.0.front().is_some_and(|x| x.0 <= now) {
-            self.0.pop_front()
-        } else {
-            None
-        }
-    }
-}
-
-impl TestLink for diodon_sim::Link {
-    fn send(&mut self, now: Timestamp, datagram: Vec<u8>) {
-        diodon_sim::Link::send(self, now, datagram);
-    }
-    fn next_delivery(&self) -> Option<Timestamp> {
-        diodon_sim::Link::next_delivery(self)
-    }
-    fn poll_deliver(&mut self, now: Timestamp) -> Option<(Timestamp, Vec<u8>)> {
-        diodon_sim::Link::poll_deliver(self, now)
-    }
-}
 
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -61,10 +30,14 @@ pub struct Outcome {
     pub end: Timestamp,
 }
 
+/// A channel to send: its id, its bytes, and how many were written
+/// (`usize::MAX` once finished).
+pub type Channel<'a> = (ChannelId, &'a [u8], usize);
+
 pub struct Transfer<'a> {
     pub sender: Sender,
     pub receiver: Receiver,
-    pub channels: Vec<(ChannelId, &'a [u8], usize)>,
+    pub channels: Vec<Channel<'a>>,
     pub out: Outcome,
     pub now: Timestamp,
 }
@@ -98,123 +71,127 @@ impl<'a> Transfer<'a> {
         }
     }
 
-    fn feed(&mut self) {
-        for (id, data, written) in &mut self.channels {
+    /// Runs until every channel has a verdict (and the link is drained) or
+    /// `limit` of virtual time passes. `link` carries the sender's
+    /// datagrams (a `Link::new()` is a perfect one); it is handed back with
+    /// its counters afterwards.
+    pub fn run(&mut self, link: &mut Link, limit: Duration) {
+        let deadline = self.now + limit;
+        let feeder = Feeder {
+            sender: &mut self.sender,
+            channels: &mut self.channels,
+        };
+        let mut pair = Pair::new(
+            feeder,
+            &mut self.receiver,
+            DuplexLink::one_way(std::mem::take(link)),
+        )
+        .starting_at(self.now);
+        loop {
+            pair.step_until(deadline);
+            drain_events(pair.b, &mut self.out);
+            if all_decided(pair.a.channels, &self.out) && pair.link.in_flight() == 0 {
+                break;
+            }
+            if pair.now() >= deadline {
+                break;
+            }
+        }
+        self.now = pair.now();
+        *link = std::mem::take(&mut pair.link.a_to_b);
+        self.out.end = self.now;
+    }
+}
+
+/// The application in front of the sender: writes what the sender takes
+/// and finishes each channel, before every batch it is asked for.
+struct Feeder<'s, 'a> {
+    sender: &'s mut Sender,
+    channels: &'s mut Vec<Channel<'a>>,
+}
+
+impl Feeder<'_, '_> {
+    fn feed(&mut self, now: Timestamp) {
+        for (id, data, written) in self.channels.iter_mut() {
             if *written == usize::MAX {
                 continue;
             }
             if *written < data.len() {
-                let n = self.sender.write(self.now, *id, &data[*written..]).unwrap();
+                let n = self.sender.write(now, *id, &data[*written..]).unwrap();
                 *written += n;
             }
             if *written == data.len() {
-                self.sender.finish(self.now, *id).unwrap();
+                self.sender.finish(now, *id).unwrap();
                 *written = usize::MAX;
             }
         }
     }
+}
 
-    fn drain_events(&mut self) {
-        while let Some(ev) = self.receiver.poll_event() {
-            match &ev {
-                Event::ChannelData {
-                    channel,
-                    offset,
-                    data,
-                } => {
-                    let buf = self.out.partial.entry(*channel).or_default();
-                    assert_eq!(
-                        *offset as usize,
-                        buf.len(),
-                        "data out of order on channel {channel}"
-                    );
-                    buf.extend_from_slice(data);
-                }
-                Event::ChannelComplete { channel, bytes, .. } => {
-                    let buf = self.out.partial.remove(channel).unwrap_or_default();
-                    assert_eq!(buf.len() as u64, *bytes);
-                    assert!(
-                        self.out.complete.insert(*channel, buf).is_none(),
-                        "completed twice"
-                    );
-                }
-                Event::ChannelFailed { channel, reason } => {
-                    assert!(
-                        !self.out.complete.contains_key(channel),
-                        "failed after complete"
-                    );
-                    self.out.failed.insert(*channel, reason.clone());
-                }
-                _ => {}
+impl SimEndpoint for Feeder<'_, '_> {
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, datagram: &[u8]) {
+        SimEndpoint::handle_datagram(self.sender, now, from, datagram);
+    }
+
+    fn handle_timeout(&mut self, now: Timestamp) {
+        SimEndpoint::handle_timeout(self.sender, now);
+    }
+
+    fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        self.feed(now);
+        SimEndpoint::poll_transmit(self.sender, now, max_datagrams, buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        SimEndpoint::poll_timeout(self.sender)
+    }
+}
+
+fn drain_events(receiver: &mut Receiver, out: &mut Outcome) {
+    while let Some(ev) = receiver.poll_event() {
+        match &ev {
+            Event::ChannelData {
+                channel,
+                offset,
+                data,
+            } => {
+                let buf = out.partial.entry(*channel).or_default();
+                assert_eq!(
+                    *offset as usize,
+                    buf.len(),
+                    "data out of order on channel {channel}"
+                );
+                buf.extend_from_slice(data);
             }
-            if !matches!(ev, Event::ChannelData { .. }) {
-                self.out.events.push(ev);
+            Event::ChannelComplete { channel, bytes, .. } => {
+                let buf = out.partial.remove(channel).unwrap_or_default();
+                assert_eq!(buf.len() as u64, *bytes);
+                assert!(
+                    out.complete.insert(*channel, buf).is_none(),
+                    "completed twice"
+                );
             }
+            Event::ChannelFailed { channel, reason } => {
+                assert!(!out.complete.contains_key(channel), "failed after complete");
+                out.failed.insert(*channel, reason.clone());
+            }
+            _ => {}
+        }
+        if !matches!(ev, Event::ChannelData { .. }) {
+            out.events.push(ev);
         }
     }
+}
 
-    fn all_decided(&self) -> bool {
-        self.channels.iter().all(|(id, _, _)| {
-            self.out.complete.contains_key(id) || self.out.failed.contains_key(id)
-        })
-    }
-
-    /// Runs until every channel has a verdict (and the link is drained) or
-    /// `limit` of virtual time passes.
-    pub fn run(&mut self, link: &mut dyn TestLink, limit: Duration) {
-        let deadline = self.now + limit;
-        let mut buf = Vec::with_capacity(64 * 1024);
-        let mut iterations = 0u64;
-        loop {
-            iterations += 1;
-            assert!(
-                iterations < 50_000_000,
-                "driver loop does not make progress at {:?}",
-                self.now
-            );
-            self.feed();
-            // Send everything the sender allows now.
-            loop {
-                buf.clear();
-                let Some(batch) = self.sender.poll_batch(self.now, &mut buf) else {
-                    break;
-                };
-                let mut at = 0;
-                for _ in 0..batch.count {
-                    let len = batch.segment_size.min(batch.len - at);
-                    link.send(self.now, buf[at..at + len].to_vec());
-                    at += len;
-                }
-                self.feed();
-            }
-            while let Some((t, d)) = link.poll_deliver(self.now) {
-                self.receiver.handle_datagram(t.max(self.now), &d);
-            }
-            self.drain_events();
-            if self.all_decided() && link.next_delivery().is_none() {
-                break;
-            }
-            if self.now >= deadline {
-                break;
-            }
-            let mut next = deadline;
-            for t in [
-                self.sender.poll_timeout(),
-                link.next_delivery(),
-                self.receiver.poll_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                next = next.min(t);
-            }
-            self.now = next.max(self.now);
-            self.sender.handle_timeout(self.now);
-            self.receiver.handle_timeout(self.now);
-            self.drain_events();
-        }
-        self.out.end = self.now;
-    }
+fn all_decided(channels: &[Channel<'_>], out: &Outcome) -> bool {
+    channels
+        .iter()
+        .all(|(id, _, _)| out.complete.contains_key(id) || out.failed.contains_key(id))
 }
 
 pub fn payload(seed: u64, len: usize) -> Vec<u8> {

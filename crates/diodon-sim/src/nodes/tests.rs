@@ -271,6 +271,28 @@ fn reorder_holds_back_some_and_loses_none() {
 }
 
 #[test]
+fn reorder_with_gap_holds_back_by_exactly_the_gap() {
+    let seed = Seed::from_env_or(0x2E1);
+    let _report = SeedReport::new("reorder_with_gap_holds_back_by_exactly_the_gap", &seed);
+    let gap = Duration::from_millis(5);
+    let mut node = Reorder::with_gap(0.2, gap, seed);
+    let out = offer_many(&mut node, 10_000);
+    let s = node.stats();
+    assert_eq!(out.len(), 10_000);
+    assert!(s.is_consistent());
+    assert!((1_800..=2_200).contains(&s.reordered), "{s:?}");
+    let mut held = 0;
+    for (at, d) in &out {
+        let sent = Timestamp::from_micros(u64::from(u32::from_be_bytes(
+            d[..4].try_into().expect("4 bytes"),
+        )));
+        assert!(*at == sent || *at == sent + gap, "{at:?} for {sent:?}");
+        held += u64::from(*at > sent);
+    }
+    assert_eq!(held, s.reordered);
+}
+
+#[test]
 fn duplicate_counts_and_copies() {
     let seed = Seed::from_env_or(0xD0);
     let _report = SeedReport::new("duplicate_counts_and_copies", &seed);

@@ -1,20 +1,15 @@
-//! `diodon-lab`: the measuring lab's own binary, so the gateway binary
-//! `diodon` links none of it (no plotting, no SHA-256, no trial harness).
-//! `diodon-lab trial PLAN.toml` runs the packet-loss thesis's experiment
-//! (see `diodon_lab::trial` and `diodon_lab::report`) with the `diodon`
-//! binary it finds next to itself, or the one `--diodon PATH` names.
+//! `diodon-lab trial PLAN.toml`: runs the packet-loss thesis's experiment
+//! with the `diodon` binary it finds next to itself (or `--diodon PATH`),
+//! resumes a run in pieces, or rewrites the reports of the trials a run holds.
 //!
 //! ```text
 //!  plan ─► diodon_lab::trial::run (testbed, guards, rmem, trials; runs `diodon send|recv`)
 //!       ─► rows ─► diodon_lab::report::write_all ─► CSV, testresults.txt, summary.txt, PNG
 //! ```
-//!
-//! Exit codes: 0 all trials ran (whatever their outcome); 2 bad plan or
-//! usage; 3 the harness itself failed; 130 interrupted (the trials that
-//! completed are written all the same).
 
+use crate::fatal::Fatal;
 use anyhow::anyhow;
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use diodon_apps::report::Exit;
 use diodon_lab::plan::Plan;
 use diodon_lab::report;
@@ -22,29 +17,12 @@ use diodon_lab::resume::{self, Journal, TrialKey};
 use diodon_lab::row::Row;
 use diodon_lab::trial::{self, RunOptions, TrialError};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// diodon-lab: measure Diodon against netcat and pydiode across a diode.
-#[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
-struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    cmd: Command,
-}
-
-/// Subcommands.
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run a diode trial plan (the packet-loss thesis's experiment): CSV, summary, plots.
-    Trial(TrialArgs),
-}
-
 /// `diodon-lab trial`.
 #[derive(Debug, Args)]
-struct TrialArgs {
+pub struct TrialArgs {
     /// The plan (TOML).
     plan: PathBuf,
     /// Output directory (default: results/<plan file stem>).
@@ -76,30 +54,6 @@ struct TrialArgs {
     /// the report, or to read a run that is still going.
     #[arg(long, conflicts_with = "resume")]
     report_only: bool,
-}
-
-/// An error with the exit status it maps to.
-struct Fatal(Exit, anyhow::Error);
-
-impl Fatal {
-    fn config(e: impl Into<anyhow::Error>) -> Fatal {
-        Fatal(Exit::Config, e.into())
-    }
-
-    fn io(e: impl Into<anyhow::Error>) -> Fatal {
-        Fatal(Exit::Io, e.into())
-    }
-}
-
-fn main() -> ExitCode {
-    let Command::Trial(args) = Cli::parse().cmd;
-    match run(&args) {
-        Ok(exit) => ExitCode::from(exit.code()),
-        Err(Fatal(exit, e)) => {
-            eprintln!("diodon-lab: {e:#}");
-            ExitCode::from(exit.code())
-        }
-    }
 }
 
 fn find_testbed(given: Option<&Path>) -> PathBuf {
@@ -153,7 +107,7 @@ fn stop_on_signal() -> Arc<AtomicBool> {
 }
 
 /// Runs `diodon-lab trial`.
-fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
+pub fn run(a: &TrialArgs) -> Result<Exit, Fatal> {
     let plan = Plan::load(&a.plan).map_err(Fatal::config)?;
     let stem = a
         .plan

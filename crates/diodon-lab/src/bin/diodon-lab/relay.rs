@@ -1,4 +1,4 @@
-//! `diodon relay …`: the impairment relay (delay, random loss, reordering;
+//! `diodon-lab relay …`: the impairment relay (delay, random loss, reordering;
 //! seeded), a test instrument for transports with a return path.
 //!
 //! ```text
@@ -10,13 +10,13 @@ use crate::values::parse_duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use diodon_apps::report::Exit;
-use diodon_io::relay::{self, Impairment, RelayStats};
+use diodon_lab::relay::{self, Direction, Impairment, RelayStats, Seed};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// `diodon relay`: impairment relay (delay, random loss, reordering; seeded).
+/// `diodon-lab relay`: impairment relay (delay, random loss, reordering; seeded).
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// UDP mode: listen here (the client's side).
@@ -54,7 +54,7 @@ pub struct RelayArgs {
     pub seed: u64,
 }
 
-/// Runs `diodon relay …` until SIGINT/SIGTERM (`stop`); prints the counters.
+/// Runs `diodon-lab relay …` until SIGINT/SIGTERM (`stop`); prints the counters.
 pub fn run(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
     let reverse_loss = a.reverse_loss.unwrap_or(a.loss);
     for (name, v) in [
@@ -66,30 +66,35 @@ pub fn run(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
             bail!("{name} {v}: expected a percentage 0..100");
         }
     }
-    let imp = Impairment {
-        delay: a.delay,
-        loss: a.loss / 100.0,
-        reorder: a.reorder / 100.0,
-        reorder_gap: a.reorder_gap,
-        seed: a.seed,
+    let forward = Direction {
+        impairment: Impairment {
+            delay: a.delay,
+            loss: a.loss / 100.0,
+            reorder: a.reorder / 100.0,
+            reorder_gap: a.reorder_gap,
+            ..Impairment::default()
+        },
+        seed: Seed(a.seed),
     };
     let imp = (
-        imp,
-        Impairment {
-            loss: reverse_loss / 100.0,
-            seed: a.seed.wrapping_add(1),
-            ..imp
+        forward,
+        Direction {
+            impairment: Impairment {
+                loss: reverse_loss / 100.0,
+                ..forward.impairment
+            },
+            seed: Seed(a.seed.wrapping_add(1)),
         },
     );
     let stats = Arc::new(RelayStats::default());
     let r = if let (Some(listen), Some(to)) = (a.listen, a.to) {
-        eprintln!("diodon: relay {listen} -> {to}: {imp:?}");
+        eprintln!("diodon-lab: relay {listen} -> {to}: {imp:?}");
         relay::run_udp(listen, to, imp, &stats, stop)
     } else if let Some(tun) = &a.tun {
         let (ta, tb) = relay::open_tun_pair(tun, a.ns_a.as_deref(), a.ns_b.as_deref())
             .with_context(|| format!("open TUN {tun}"))?;
         eprintln!(
-            "diodon: relay tun {tun} {} <-> {}: {imp:?}",
+            "diodon-lab: relay tun {tun} {} <-> {}: {imp:?}",
             a.ns_a.as_deref().unwrap_or("-"),
             a.ns_b.as_deref().unwrap_or("-")
         );
@@ -98,8 +103,8 @@ pub fn run(a: &RelayArgs, stop: &Arc<AtomicBool>) -> Result<Exit> {
         bail!("give --listen ADDR --to ADDR (UDP) or --tun NAME --ns-a NS --ns-b NS (IP)");
     };
     let stopped = stop.load(Ordering::SeqCst);
-    eprintln!("diodon: relay forward: {}", stats.forward.summary());
-    eprintln!("diodon: relay backward: {}", stats.backward.summary());
+    eprintln!("diodon-lab: relay forward: {}", stats.forward.summary());
+    eprintln!("diodon-lab: relay backward: {}", stats.backward.summary());
     r.context("relay")?;
     Ok(if stopped { Exit::Success } else { Exit::Io })
 }

@@ -1,13 +1,14 @@
 //! A seeded impairment relay: what `sch_netem` would do, in user space (this
-//! kernel has none). Each direction holds packets in a delay line and drops
-//! or reorders them at random from a seeded generator, so a run is
-//! reproducible by its seed.
+//! kernel has none). Each direction runs a `diodon-sim` node chain (an
+//! [`Impairment`]: loss, reordering, delay) on the wall clock instead of
+//! virtual time, so the relay and the simulated tests share one loss model,
+//! and a run is reproducible by its seed.
 //!
 //! ```text
-//!            ┌──────────────── Direction a→b ────────────────┐
-//!  port A ──▶│ loss? ─▶ delay line (due = now + delay [+ gap]) │──▶ port B
-//!  port A ◀──│ ... same, b→a, own seed stream ...              │◀── port B
-//!            └───────────────────────────────────────────────┘
+//!            ┌──────────── Direction a→b: Impairment::link(seed) ────────────┐
+//!  port A ──▶│ recv ─▶ Link::send(now) ─▶ loss ─▶ reorder ─▶ delay ─▶ poll_deliver(now) ─▶ send │──▶ port B
+//!  port A ◀──│ ... same, b→a, its own seed ...                                                 │◀── port B
+//!            └────────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! Two kinds of ports:
@@ -22,45 +23,25 @@
 //! `reorder_gap` longer than the others, so the packets behind it overtake it.
 //! Loss and reordering are drawn independently per packet and per direction.
 
-use std::collections::BinaryHeap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use diodon_io::clock::MonotonicClock;
+use diodon_io::tun::Tun;
+use diodon_sim::{Link, NodeStats, Timestamp};
 
-use crate::clock::MonotonicClock;
-use crate::tun::Tun;
+pub use diodon_sim::{Impairment, Seed};
 
-/// Impairment of one direction.
+/// One direction of the relay: its impairments and the seed of their draws.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Impairment {
-    /// One-way delay added to every packet (RTT = 2 × delay through the relay).
-    pub delay: Duration,
-    /// Drop probability, 0.0..=1.0.
-    pub loss: f64,
-    /// Probability that a packet is held back by `reorder_gap`, 0.0..=1.0.
-    pub reorder: f64,
-    /// Extra hold of a reordered packet.
-    pub reorder_gap: Duration,
-    /// Seed of the random stream.
-    pub seed: u64,
-}
-
-impl Default for Impairment {
-    fn default() -> Self {
-        Impairment {
-            delay: Duration::ZERO,
-            loss: 0.0,
-            reorder: 0.0,
-            reorder_gap: Duration::from_millis(5),
-            seed: 1,
-        }
-    }
+pub struct Direction {
+    /// What happens to the packets (the relay uses loss, delay and reordering).
+    pub impairment: Impairment,
+    /// Seed of the direction's random draws.
+    pub seed: Seed,
 }
 
 /// Per-direction counters: every packet is forwarded or counted as dropped.
@@ -90,18 +71,15 @@ impl DirectionStats {
             self.send_errors.load(Ordering::Relaxed)
         )
     }
+
+    /// Copies what the direction's nodes counted.
+    fn publish(&self, nodes: &NodeStats) {
+        self.dropped.store(nodes.dropped, Ordering::Relaxed);
+        self.reordered.store(nodes.reordered, Ordering::Relaxed);
+    }
 }
 
-/// The pure part: decides each packet's fate and holds it until due.
-#[derive(Debug)]
-pub struct DelayLine {
-    imp: Impairment,
-    rng: ChaCha8Rng,
-    heap: BinaryHeap<std::cmp::Reverse<(Timestamp, u64, Vec<u8>)>>,
-    seq: u64,
-}
-
-/// What [`DelayLine::push`] did with a packet.
+/// What [`Line::push`] did with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {
     /// Dropped by the loss draw.
@@ -112,32 +90,31 @@ pub enum Fate {
     Reordered,
 }
 
-impl DelayLine {
-    /// An empty delay line.
-    pub fn new(imp: Impairment) -> DelayLine {
-        DelayLine {
-            imp,
-            rng: ChaCha8Rng::seed_from_u64(imp.seed),
-            heap: BinaryHeap::new(),
-            seq: 0,
+/// One direction's node chain, fed and drained at wall-clock times: the
+/// relay's pure part.
+#[derive(Debug)]
+pub struct Line {
+    link: Link,
+}
+
+impl Line {
+    /// An empty line impairing as `direction` says.
+    pub fn new(direction: Direction) -> Line {
+        Line {
+            link: direction.impairment.link(direction.seed),
         }
     }
 
     /// Offers a packet received at `now`.
     pub fn push(&mut self, now: Timestamp, packet: &[u8]) -> Fate {
-        let lost = self.rng.random::<f64>() < self.imp.loss;
-        let reordered = self.rng.random::<f64>() < self.imp.reorder;
-        if lost {
-            return Fate::Dropped;
-        }
-        let mut due = now + self.imp.delay;
-        if reordered {
-            due += self.imp.reorder_gap;
-        }
-        self.seq += 1;
-        self.heap
-            .push(std::cmp::Reverse((due, self.seq, packet.to_vec())));
-        if reordered {
+        let before = self.link.totals();
+        // Every decision is taken at send time (see `Impairment`), so the
+        // counters say at once what happened to it.
+        self.link.send(now, packet.to_vec());
+        let after = self.link.totals();
+        if after.dropped > before.dropped {
+            Fate::Dropped
+        } else if after.reordered > before.reordered {
             Fate::Reordered
         } else {
             Fate::Queued
@@ -146,26 +123,40 @@ impl DelayLine {
 
     /// The next packet due at or before `now`.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<Vec<u8>> {
-        if self.heap.peek().is_some_and(|r| r.0 .0 <= now) {
-            self.heap.pop().map(|r| r.0 .2)
-        } else {
-            None
-        }
+        self.link.poll_deliver(now).map(|(_, p)| p)
     }
 
-    /// When the next packet is due.
+    /// When the next packet is due (or a packet is due to pass a node).
     pub fn next_due(&self) -> Option<Timestamp> {
-        self.heap.peek().map(|r| r.0 .0)
+        self.link.next_delivery()
     }
 
     /// Packets held.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.link.in_flight()
     }
 
     /// No packet held.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len() == 0
+    }
+
+    /// What the nodes counted.
+    pub fn totals(&self) -> NodeStats {
+        self.link.totals()
+    }
+}
+
+/// The wall clock the lines run on, as the simulator's time type.
+struct Clock(MonotonicClock);
+
+impl Clock {
+    fn new() -> Clock {
+        Clock(MonotonicClock::new())
+    }
+
+    fn now(&self) -> Timestamp {
+        self.0.now()
     }
 }
 
@@ -179,16 +170,16 @@ trait Port: Send {
 
 const POLL: Duration = Duration::from_millis(20);
 
-/// Moves packets from `input` to `output` through a delay line until `stop`.
+/// Moves packets from `input` to `output` through a line until `stop`.
 fn pump(
     mut input: impl Port,
     mut output: impl Port,
-    imp: Impairment,
+    direction: Direction,
     stats: &DirectionStats,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    let clock = MonotonicClock::new();
-    let mut line = DelayLine::new(imp);
+    let clock = Clock::new();
+    let mut line = Line::new(direction);
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
@@ -204,11 +195,8 @@ fn pump(
         });
         if let Some(n) = input.recv(&mut buf, wait)? {
             stats.received.fetch_add(1, Ordering::Relaxed);
-            match line.push(clock.now(), &buf[..n]) {
-                Fate::Dropped => stats.dropped.fetch_add(1, Ordering::Relaxed),
-                Fate::Reordered => stats.reordered.fetch_add(1, Ordering::Relaxed),
-                Fate::Queued => 0,
-            };
+            line.push(clock.now(), &buf[..n]);
+            stats.publish(&line.totals());
         }
     }
     Ok(())
@@ -302,12 +290,12 @@ fn join(handles: Vec<std::thread::JoinHandle<io::Result<()>>>) -> io::Result<()>
 }
 
 /// UDP relay: listens on `listen`, forwards to `to`, replies back to the last
-/// client. Runs until `stop` is set; `imp` is the forward (client → server)
-/// and backward impairment (give the two different seeds).
+/// client. Runs until `stop` is set; `directions` are the forward (client →
+/// server) and backward impairments (give the two different seeds).
 pub fn run_udp(
     listen: SocketAddr,
     to: SocketAddr,
-    imp: (Impairment, Impairment),
+    directions: (Direction, Direction),
     stats: &Arc<RelayStats>,
     stop: &Arc<AtomicBool>,
 ) -> io::Result<()> {
@@ -331,24 +319,24 @@ pub fn run_udp(
         port(back.try_clone()?, &server, false),
     );
     let bwd = (port(back, &server, false), port(front, &client, false));
-    spawn_pair(fwd, bwd, imp, stats, stop)
+    spawn_pair(fwd, bwd, directions, stats, stop)
 }
 
 fn spawn_pair(
     fwd: (impl Port + 'static, impl Port + 'static),
     bwd: (impl Port + 'static, impl Port + 'static),
-    (imp, back_imp): (Impairment, Impairment),
+    (forward, backward): (Direction, Direction),
     stats: &Arc<RelayStats>,
     stop: &Arc<AtomicBool>,
 ) -> io::Result<()> {
     let (s1, t1) = (Arc::clone(stats), Arc::clone(stop));
     let h1 = std::thread::Builder::new()
         .name("relay-fwd".into())
-        .spawn(move || pump(fwd.0, fwd.1, imp, &s1.forward, &t1))?;
+        .spawn(move || pump(fwd.0, fwd.1, forward, &s1.forward, &t1))?;
     let (s2, t2) = (Arc::clone(stats), Arc::clone(stop));
     let h2 = std::thread::Builder::new()
         .name("relay-bwd".into())
-        .spawn(move || pump(bwd.0, bwd.1, back_imp, &s2.backward, &t2))?;
+        .spawn(move || pump(bwd.0, bwd.1, backward, &s2.backward, &t2))?;
     let r = join(vec![h1, h2]);
     stop.store(true, Ordering::SeqCst);
     r
@@ -362,7 +350,7 @@ pub fn open_tun_pair(name: &str, ns_a: Option<&str>, ns_b: Option<&str>) -> io::
         let name = name.to_owned();
         std::thread::spawn(move || {
             if let Some(ns) = ns {
-                crate::netns::enter_current_thread(&ns).map_err(io::Error::other)?;
+                diodon_io::netns::enter_current_thread(&ns).map_err(io::Error::other)?;
             }
             Tun::open(&name)
         })
@@ -373,18 +361,18 @@ pub fn open_tun_pair(name: &str, ns_a: Option<&str>, ns_b: Option<&str>) -> io::
 }
 
 /// IP relay between two TUN devices (see [`open_tun_pair`]): packets read
-/// from `a` are written to `b` (impaired by `imp.0`) and vice versa (`imp.1`).
-/// Runs until `stop`.
+/// from `a` are written to `b` (impaired by `directions.0`) and vice versa
+/// (`directions.1`). Runs until `stop`.
 pub fn run_tun_pair(
     a: Tun,
     b: Tun,
-    imp: (Impairment, Impairment),
+    directions: (Direction, Direction),
     stats: &Arc<RelayStats>,
     stop: &Arc<AtomicBool>,
 ) -> io::Result<()> {
     let fwd = (TunPort(a.try_clone()?), TunPort(b.try_clone()?));
     let bwd = (TunPort(b), TunPort(a));
-    spawn_pair(fwd, bwd, imp, stats, stop)
+    spawn_pair(fwd, bwd, directions, stats, stop)
 }
 
 #[cfg(test)]
@@ -395,12 +383,22 @@ mod tests {
         Timestamp::from_millis(v)
     }
 
+    fn direction(impairment: Impairment, seed: u64) -> Direction {
+        Direction {
+            impairment,
+            seed: Seed(seed),
+        }
+    }
+
     #[test]
     fn delay_holds_packets_until_due_in_order() {
-        let mut l = DelayLine::new(Impairment {
-            delay: Duration::from_millis(50),
-            ..Impairment::default()
-        });
+        let mut l = Line::new(direction(
+            Impairment {
+                delay: Duration::from_millis(50),
+                ..Impairment::default()
+            },
+            1,
+        ));
         assert_eq!(l.push(ms(0), b"a"), Fate::Queued);
         assert_eq!(l.push(ms(1), b"b"), Fate::Queued);
         assert_eq!(l.pop_due(ms(49)), None);
@@ -413,13 +411,14 @@ mod tests {
 
     #[test]
     fn loss_rate_matches_and_is_reproducible_by_seed() {
-        let imp = Impairment {
-            loss: 0.05,
-            seed: 42,
-            ..Impairment::default()
+        let seed = Seed::from_env_or(42);
+        let _report = diodon_sim::SeedReport::new("relay_loss_rate", &seed);
+        let d = Direction {
+            impairment: Impairment::loss(0.05),
+            seed,
         };
         let run = || {
-            let mut l = DelayLine::new(imp);
+            let mut l = Line::new(d);
             (0..100_000)
                 .map(|_| l.push(ms(0), b"x"))
                 .filter(|f| *f == Fate::Dropped)
@@ -427,23 +426,35 @@ mod tests {
         };
         let dropped = run();
         assert_eq!(dropped, run(), "same seed, same drops");
-        assert!((4_500..5_500).contains(&dropped), "seed 42: {dropped}");
+        assert!((4_500..5_500).contains(&dropped), "seed {seed}: {dropped}");
     }
 
     #[test]
     fn reordered_packet_is_overtaken() {
-        let mut l = DelayLine::new(Impairment {
+        // Find the first seed whose draws hold back the first packet and not
+        // the second (each seed's draws are fixed, so this is deterministic).
+        let imp = Impairment {
             delay: Duration::from_millis(10),
-            reorder: 1.0,
+            reorder: 0.5,
             reorder_gap: Duration::from_millis(5),
             ..Impairment::default()
-        });
-        assert_eq!(l.push(ms(0), b"first"), Fate::Reordered);
-        l.imp.reorder = 0.0;
-        assert_eq!(l.push(ms(1), b"second"), Fate::Queued);
-        assert_eq!(l.pop_due(ms(11)).as_deref(), Some(&b"second"[..]));
-        assert_eq!(l.pop_due(ms(14)), None);
-        assert_eq!(l.pop_due(ms(15)).as_deref(), Some(&b"first"[..]));
+        };
+        let mut checked = false;
+        for seed in 0..64 {
+            let mut l = Line::new(direction(imp, seed));
+            let fates = (l.push(ms(0), b"first"), l.push(ms(1), b"second"));
+            if fates != (Fate::Reordered, Fate::Queued) {
+                continue;
+            }
+            assert_eq!(l.pop_due(ms(10)), None);
+            assert_eq!(l.pop_due(ms(11)).as_deref(), Some(&b"second"[..]));
+            assert_eq!(l.pop_due(ms(14)), None);
+            assert_eq!(l.pop_due(ms(15)).as_deref(), Some(&b"first"[..]));
+            assert_eq!(l.totals().reordered, 1);
+            checked = true;
+            break;
+        }
+        assert!(checked, "no seed in 0..64 reordered the first packet only");
     }
 
     #[test]
@@ -458,11 +469,14 @@ mod tests {
         let to = server.local_addr().expect("addr");
         let (st, sp) = (Arc::clone(&stats), Arc::clone(&stop));
         let relay = std::thread::spawn(move || {
-            let imp = Impairment {
-                delay: Duration::from_millis(30),
-                ..Impairment::default()
-            };
-            run_udp(listen, to, (imp, imp), &st, &sp)
+            let d = direction(
+                Impairment {
+                    delay: Duration::from_millis(30),
+                    ..Impairment::default()
+                },
+                1,
+            );
+            run_udp(listen, to, (d, d), &st, &sp)
         });
         std::thread::sleep(Duration::from_millis(50));
         let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
@@ -472,7 +486,7 @@ mod tests {
         server
             .set_read_timeout(Some(Duration::from_secs(2)))
             .expect("timeout");
-        let clock = MonotonicClock::new();
+        let clock = Clock::new();
         let t0 = clock.now();
         client.send_to(b"ping", listen).expect("send");
         let mut buf = [0u8; 16];
