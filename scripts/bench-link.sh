@@ -12,8 +12,13 @@
 #     testbed.sh down
 #   print a table and append it to BENCHMARKS.md (unless --no-record)
 #
-# Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--no-record]
-# Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast.
+# Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
+#                              [--baseline GIT-REV] [--no-record]
+# Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
+# --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
+# Diodon alternately with this one on the same testbed, then prints the medians
+# and the ratio this / baseline (the "no slower than before" check).
+# Exit status 1 when a transfer failed or its output differs.
 # Needs root (network namespaces). Builds with cargo (CARGO_TARGET_DIR honoured).
 set -euo pipefail
 
@@ -24,6 +29,11 @@ MTUS="1500 9000"
 BLAST_SECS=5
 RECORD=yes
 REPAIR=10
+RUNS=1
+BASELINE=
+BASE_BIN=
+BASE_LABEL=
+STATUS=0
 CMDLINE="scripts/bench-link.sh${*:+ $*}"
 export DIODON_TB=${DIODON_TB:-bench}
 TB="$ROOT/scripts/testbed.sh"
@@ -35,6 +45,8 @@ while [[ $# -gt 0 ]]; do
     --mtus) MTUS=${2:?}; shift 2 ;;
     --blast-seconds) BLAST_SECS=${2:?}; shift 2 ;;
     --no-record) RECORD=no; shift ;;
+    --runs) RUNS=${2:?}; shift 2 ;;
+    --baseline) BASELINE=${2:?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-link: unknown option $1" >&2; exit 2 ;;
     esac
@@ -44,6 +56,15 @@ done
 (cd "$ROOT" && cargo build --release -q -p diodon --bins)
 BIN="$TARGET/release/diodon"
 BLAST="$TARGET/release/diodon-blast"
+if [[ -n $BASELINE ]]; then
+    BASE_LABEL=$(git -C "$ROOT" rev-parse --short "$BASELINE")
+    BASE_DIR=/var/tmp/diodon-baseline-$BASE_LABEL
+    [[ -d $BASE_DIR ]] || git -C "$ROOT" worktree add --detach -q "$BASE_DIR" "$BASELINE"
+    echo "bench-link: building baseline $BASE_LABEL in $BASE_DIR" >&2
+    (cd "$BASE_DIR" && CARGO_TARGET_DIR="$BASE_DIR/target" cargo build --release -q -p diodon --bin diodon)
+    BASE_BIN="$BASE_DIR/target/release/diodon"
+    BASE_LABEL="base $BASE_LABEL"
+fi
 
 WORK=$(mktemp -d /var/tmp/diodon-bench.XXXXXX)
 cleanup() {
@@ -57,7 +78,49 @@ head -c "$SIZE" /dev/urandom >"$WORK/random.bin"
 SHA=$(sha256sum "$WORK/random.bin" | cut -d' ' -f1)
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
-ROWS=()
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+# run_diodon LABEL BIN MTU RUN: one verified transfer; appends a JSON line to $RESULTS.
+run_diodon() {
+    local label=$1 bin=$2 mtu=$3 run=$4
+    echo "bench-link: MTU $mtu $label run $run: unlimited rate, $REPAIR % repair" >&2
+    rm -rf "$WORK/out"
+    "$TB" exec rx "$bin" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
+        --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
+    local recv_pid=$!
+    sleep 0.5
+    "$TB" exec tx "$bin" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
+        --mtu "$mtu" "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
+    wait "$recv_pid" || true
+    local got sha_ok guard
+    got=$(sha256sum "$WORK/out/random.bin" 2>/dev/null | cut -d' ' -f1 || true)
+    [[ $got == "$SHA" ]] && sha_ok=identical || sha_ok=DIFFERENT
+    guard=$("$TB" status | awk '$1 == "counter" && $2 == "rx" && $3 == "egress_dropped" {print $5}')
+    python3 - "$label" "$mtu" "$run" "$WORK" "$sha_ok" "${guard:-}" >>"$RESULTS" <<'EOF'
+import json, sys
+label, mtu, run, work, sha_ok, guard = sys.argv[1:7]
+def last_json(path):
+    try:
+        lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
+    except OSError:
+        return {}
+    return json.loads(lines[-1]) if lines else {}
+rx, tx = last_json(f"{work}/recv.json"), last_json(f"{work}/send.json")
+# Summaries of earlier versions kept these counters at the top level.
+core = rx.get("core", rx)
+print(json.dumps({
+    "kind": "diodon", "label": label, "mtu": int(mtu), "run": int(run),
+    "goodput_mbps": rx.get("goodput_mbps", 0.0),
+    "send_cpu_s": tx.get("cpu_s", 0.0), "recv_cpu_s": rx.get("cpu_s", 0.0),
+    "socket_drops": rx.get("socket", {}).get("drops", rx.get("socket_drops")),
+    "missing": core.get("missing"),
+    "recovered": core.get("recovered_symbols", core.get("recovered")),
+    "verified": rx.get("channels_complete") == 1 and rx.get("channels_failed") == 0,
+    "sha": sha_ok, "guard": guard or None,
+}))
+EOF
+}
+
 for mtu in $MTUS; do
     "$TB" up --mtu "$mtu" >&2
     payload=$((mtu - 28))
@@ -68,53 +131,65 @@ for mtu in $MTUS; do
     sleep 0.5
     "$TB" exec tx "$BLAST" send "$RX_IP:7799" "$payload" "$BLAST_SECS" >"$WORK/blast.json"
     wait "$sink_pid"
-
-    echo "bench-link: MTU $mtu Diodon, unlimited rate, $REPAIR % repair" >&2
-    rm -rf "$WORK/out"
-    "$TB" exec rx "$BIN" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
-        --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
-    recv_pid=$!
-    sleep 0.5
-    "$TB" exec tx "$BIN" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
-        --mtu "$mtu" "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
-    wait "$recv_pid" || true
-    got=$(sha256sum "$WORK/out/random.bin" 2>/dev/null | cut -d' ' -f1 || true)
-    [[ $got == "$SHA" ]] && sha_ok=identical || sha_ok=DIFFERENT
-    guard=$("$TB" status | awk '$1 == "counter" && $2 == "rx" && $3 == "egress_dropped" {print $5}')
-
-    ROWS+=("$(python3 - "$mtu" "$WORK" "$sha_ok" "$SIZE" "$guard" <<'EOF'
+    python3 - "$mtu" "$WORK" >>"$RESULTS" <<'EOF'
 import json, sys
-mtu, work, sha_ok, size, guard = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+mtu, work = sys.argv[1:3]
 def last_json(path):
     lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
 sink, blast = last_json(f"{work}/sink.json"), last_json(f"{work}/blast.json")
-rx, tx = last_json(f"{work}/recv.json"), last_json(f"{work}/send.json")
-gb = size / 1e9
-ceiling = sink.get("mbps", 0.0)
-good = rx.get("goodput_mbps", 0.0)
-verdict = "verified" if rx.get("channels_complete") == 1 and rx.get("channels_failed") == 0 else "FAILED"
-ratio = good / ceiling * 100 if ceiling else 0.0
-print("|".join(str(x) for x in [
-    mtu, f"{blast.get('mbps', 0):.0f}", f"{ceiling:.0f}", sink.get("socket_drops", "?"),
-    f"{good:.0f}", f"{ratio:.0f} %", f"{tx.get('cpu_s', 0) / gb:.2f}", f"{rx.get('cpu_s', 0) / gb:.2f}",
-    rx.get("socket", {}).get("drops", "?"), rx.get("core", {}).get("missing", "?"),
-    rx.get("core", {}).get("recovered_symbols", "?"),
-    f"{verdict}, {sha_ok}", guard or "?",
-]))
+print(json.dumps({"kind": "ceiling", "mtu": int(mtu), "sent_mbps": blast.get("mbps", 0.0),
+                  "mbps": sink.get("mbps", 0.0), "drops": sink.get("socket_drops")}))
 EOF
-)")
+
+    # Runs of this version and of the baseline alternate, so both see the same machine.
+    for run in $(seq 1 "$RUNS"); do
+        run_diodon this "$BIN" "$mtu" "$run"
+        if [[ -n $BASE_BIN ]]; then
+            run_diodon "$BASE_LABEL" "$BASE_BIN" "$mtu" "$run"
+        fi
+    done
     "$TB" down
 done
 
-HEADER="| MTU | blast sent Mbit/s | raw ceiling (received) Mbit/s | sink drops | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | recv socket drops | missing | recovered | file | rx egress dropped (guard) |"
-SEP="|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-TABLE="$HEADER"$'\n'"$SEP"
-for r in "${ROWS[@]}"; do
-    TABLE+=$'\n'"| ${r//|/ | } |"
-done
+TABLE=$(python3 - "$RESULTS" "$SIZE" "$BASE_LABEL" <<'EOF'
+import json, statistics, sys
+path, size, base_label = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = [json.loads(l) for l in open(path)]
+gb = size / 1e9
+ceilings = {r["mtu"]: r for r in rows if r["kind"] == "ceiling"}
+runs = [r for r in rows if r["kind"] == "diodon"]
+out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | recv socket drops | missing | recovered | file | rx egress dropped (guard) |",
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in runs:
+    c = ceilings.get(r["mtu"], {}).get("mbps", 0.0)
+    ratio = r["goodput_mbps"] / c * 100 if c else 0.0
+    verdict = "verified" if r["verified"] else "FAILED"
+    out.append("| " + " | ".join(str(x) for x in [
+        r["mtu"], r["label"], r["run"], f"{c:.0f}", f"{r['goodput_mbps']:.0f}", f"{ratio:.0f} %",
+        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", r["socket_drops"], r["missing"],
+        r["recovered"], f"{verdict}, {r['sha']}", r["guard"] or "?"]) + " |")
+labels = [l for l in ("this", base_label) if l and any(r["label"] == l for r in runs)]
+if len(labels) == 2:
+    out += ["", f"Medians per MTU, this version against {base_label} (same run, alternating):", "",
+            "| MTU | goodput this / base Mbit/s | ratio | send CPU s/GB this / base | recv CPU s/GB this / base |",
+            "|---|---|---|---|---|"]
+    for mtu in sorted({r["mtu"] for r in runs}):
+        med = {l: {k: statistics.median(r[k] for r in runs if r["mtu"] == mtu and r["label"] == l)
+                   for k in ("goodput_mbps", "send_cpu_s", "recv_cpu_s")} for l in labels}
+        a, b = med["this"], med[base_label]
+        ratio = a["goodput_mbps"] / b["goodput_mbps"] if b["goodput_mbps"] else 0.0
+        out.append(f"| {mtu} | {a['goodput_mbps']:.0f} / {b['goodput_mbps']:.0f} | {ratio:.2f} | "
+                   f"{a['send_cpu_s'] / gb:.2f} / {b['send_cpu_s'] / gb:.2f} | {a['recv_cpu_s'] / gb:.2f} / {b['recv_cpu_s'] / gb:.2f} |")
+print("\n".join(out))
+EOF
+)
 echo
 echo "$TABLE"
+if grep -q "FAILED\|DIFFERENT" <<<"$TABLE"; then
+    echo "bench-link: a transfer failed or its output differs" >&2
+    STATUS=1
+fi
 
 if [[ $RECORD == yes ]]; then
     BENCH="$ROOT/BENCHMARKS.md"
@@ -125,9 +200,10 @@ if [[ $RECORD == yes ]]; then
         echo
         echo "### $(date -u '+%Y-%m-%d %H:%M UTC') — $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
         echo
-        echo "Command: \`$CMDLINE\` (file $SIZE bytes, blast ${BLAST_SECS} s; load average before the run: $LOAD)"
+        echo "Command: \`$CMDLINE\` (file $SIZE bytes, blast ${BLAST_SECS} s, $RUNS run(s); load average before the run: $LOAD)"
         echo
         echo "$TABLE"
     } >>"$BENCH"
     echo "bench-link: appended to BENCHMARKS.md" >&2
 fi
+exit "$STATUS"
