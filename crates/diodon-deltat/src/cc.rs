@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 /// A congestion controller: the connection reports acks and losses, and never
 /// lets more than [`CongestionControl::window`] bytes be in flight.

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 use crate::wire::{Deadline, Lifetime, HEADER_LEN, MAX_SCALED_WINDOW, MAX_SEGMENT_LEN};
 

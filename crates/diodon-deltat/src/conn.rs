@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use diodon_proto::{TimerSlot, TimerTable, Timestamp};
+use diodon_sansio::{TimerSlot, TimerTable, Timestamp};
 
 use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::cc::{Bbr, CongestionControl, Cubic, DeliverySample, NewReno, Unlimited};

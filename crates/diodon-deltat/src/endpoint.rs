@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 pub use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::config::{Config, ConfigError, Settings, WallClock};

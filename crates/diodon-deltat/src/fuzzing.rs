@@ -17,7 +17,7 @@
 use crate::config::{Config, WallClock};
 use crate::endpoint::{Endpoint, Event};
 use crate::wire::{Lifetime, Segment, SegmentRepr, HEADER_LEN, MAX_SEGMENT_LEN, MS_PER_DAY};
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 

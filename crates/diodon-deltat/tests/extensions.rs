@@ -176,7 +176,7 @@ fn verdict_exchange(
                 Ok(1) => {
                     return sim
                         .now()
-                        .saturating_duration_since(diodon_proto::Timestamp::ZERO)
+                        .saturating_duration_since(diodon_sansio::Timestamp::ZERO)
                 }
                 Ok(_) | Err(Error::WouldBlock) => {}
                 Err(e) => panic!("seed {seed}: read verdict: {e}"),

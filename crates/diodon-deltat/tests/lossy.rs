@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{one_way_transfer, pattern, replaying, report, seeds, sim, LinkConfig, ADDR_B};
 use diodon_deltat::{Config, ConnHandle, Endpoint, Error, Event, WallClock};
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 use diodon_sim::Seed;
 use rand::Rng;
 

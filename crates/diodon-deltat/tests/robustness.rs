@@ -8,7 +8,7 @@ use std::time::Duration;
 use diodon_deltat::{
     Config, Deadline, Endpoint, Flags, Lifetime, SegmentRepr, SegmentType, Seq, WallClock,
 };
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

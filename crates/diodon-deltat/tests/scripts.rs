@@ -18,7 +18,7 @@ use diodon_deltat::{
     Config, CongestionAlgorithm, ConnHandle, Endpoint, Error, Event, Flags, Lifetime, SegmentRepr,
     SegmentType, Seq, Stats, WallClock,
 };
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 const REMOTE: &str = "192.0.2.2:4000";
 

@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 /// How long before a deadline [`MonotonicClock::sleep_until`] stops sleeping
 /// and starts spinning.

@@ -35,7 +35,7 @@ use std::time::Duration;
 use diodon_deltat::{
     Config, ConnHandle, ConnectionError, Endpoint, Error as DtError, NakCode, Stats, WallClock,
 };
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 use crate::clock::{unix_time_ms, MonotonicClock};
 

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! Modules:
-//! - [`clock`]: monotonic clock mapped to [`diodon_proto::Timestamp`], precise
+//! - [`clock`]: monotonic clock mapped to [`diodon_sansio::Timestamp`], precise
 //!   `sleep_until` for pacers, wall time.
 //! - [`udp`]: socket setup (forced buffers, never-fragment, error queue) and
 //!   batched send/receive on IPv4 and IPv6.

@@ -938,7 +938,7 @@ impl BatchSender {
             }
             let (clock, timeout) =
                 *stall.get_or_insert_with(|| (MonotonicClock::new(), self.stall_timeout));
-            let waited = clock.elapsed_since(diodon_proto::Timestamp::ZERO);
+            let waited = clock.elapsed_since(diodon_sansio::Timestamp::ZERO);
             if waited > timeout {
                 return Err(UdpError::SendStalled {
                     dest,

@@ -20,13 +20,13 @@
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
-use crate::time::Timestamp;
 use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
     DatagramRepr, Header, Integrity, Packet, SymbolRepr, TrailerRepr, TrailerStatus, CRC_TAG_LEN,
     FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
 };
+use diodon_sansio::Timestamp;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

@@ -11,7 +11,8 @@
 //!   └────────────┘                        └──────────────┘
 //! ```
 //!
-//! Modules: [`time`] (virtual time, timer table), [`types`] (checked
+//! Time, timer tables and the transmit contract come from `diodon-sansio`
+//! (shared with Delta-t and the drivers). Modules: [`types`] (checked
 //! parameters), [`wire`] (datagram views and representations), [`fec`]
 //! (erasure code trait and Reed–Solomon), [`pacer`] (token bucket),
 //! [`sender`] and [`receiver`] (the session state machines).
@@ -25,14 +26,13 @@ pub mod pacer;
 pub mod pool;
 pub mod receiver;
 pub mod sender;
-pub mod time;
 pub mod types;
 pub mod wire;
 
+pub use diodon_sansio::{Deadlines, TimerSlot, TimerTable, Timestamp, Transmit};
 pub use receiver::{
     Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
 };
 pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
-pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

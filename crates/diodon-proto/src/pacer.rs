@@ -7,8 +7,8 @@
 //! `burst` bytes so an idle period never turns into a line-rate spike larger
 //! than one batch.
 
-use crate::time::Timestamp;
 use crate::types::Rate;
+use diodon_sansio::Timestamp;
 use std::time::Duration;
 
 /// Token bucket state.

@@ -23,7 +23,7 @@
 //!
 //! Timers: `LinkSilent` and session expiry in a [`TimerTable`]; each
 //! channel's next deadline (its next loss check or its expiry 2Δt after it
-//! was last heard) in a queue keyed by deadline ([`crate::time::Deadlines`]),
+//! was last heard) in a queue keyed by deadline ([`diodon_sansio::Deadlines`]),
 //! re-armed after every datagram of the channel. `poll_timeout` and
 //! `handle_timeout` touch only the channels that are due.
 //!
@@ -35,12 +35,12 @@
 
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
-use crate::time::{Deadlines, TimerSlot, TimerTable, Timestamp};
 use crate::types::{ChannelId, SessionId};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
     SymbolRepr, TrailerRepr, TrailerStatus, WireError,
 };
+use diodon_sansio::{Deadlines, TimerSlot, TimerTable, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;

@@ -19,7 +19,7 @@
 //! accepts fewer bytes (possibly zero) and the caller waits.
 //!
 //! Timers: the next beacon, the pacer's permission, and two queues keyed by
-//! deadline ([`crate::time::Deadlines`]): the spaced copies of control
+//! deadline ([`diodon_sansio::Deadlines`]): the spaced copies of control
 //! datagrams and each channel's partial-block flush. `poll_timeout` reads
 //! their earliest entries, so it costs the same with one open channel or
 //! ten thousand.
@@ -27,13 +27,13 @@
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
 use crate::pool::BufferPool;
-use crate::time::{Deadlines, Timestamp};
 use crate::types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     BeaconRepr, Body, ChannelEntry, ChannelMeta, ChannelState, DatagramRepr, Header, Integrity,
     SymbolRepr, TrailerRepr, TrailerStatus, BEACON_ENTRY_LEN, BEACON_FIXED_LEN, HEADER_LEN,
     MAX_NAME_LEN, SYMBOL_HEADER_LEN,
 };
+use diodon_sansio::{Deadlines, Timestamp};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use thiserror::Error;

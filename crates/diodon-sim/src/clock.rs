@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 /// A virtual clock: the simulation's `now`, advanced explicitly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 //!            └──────────── b_to_a: Link (own nodes, own seed) ───────────┘
 //! ```
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 use crate::endpoint::Side;
 use crate::impairment::Impairment;

@@ -14,7 +14,7 @@
 
 use std::net::SocketAddr;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 /// One of the two endpoints of a [`Pair`](crate::Pair).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

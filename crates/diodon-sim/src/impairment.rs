@@ -92,7 +92,7 @@ impl Impairment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use diodon_proto::Timestamp;
+    use diodon_sansio::Timestamp;
 
     #[test]
     fn zero_impairment_is_a_perfect_link() {

@@ -77,4 +77,4 @@ pub use nodes::{
 pub use pair::{Pair, ADDR_A, ADDR_B};
 pub use seed::{ParseSeedError, Seed, SeedReport};
 
-pub use diodon_proto::Timestamp;
+pub use diodon_sansio::Timestamp;

@@ -24,7 +24,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fmt;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 use crate::node::{LinkNode, NodeStats};
 

@@ -7,7 +7,7 @@
 //!                             └──▶ stats(): offered, passed, dropped, …
 //! ```
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 /// A link element: offered one datagram at a time, it pushes zero or more
 /// `(deliver_at, datagram)` outputs.

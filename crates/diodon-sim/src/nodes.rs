@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 

@@ -25,7 +25,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 
 use crate::clock::VirtualClock;
 use crate::duplex::DuplexLink;

@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use diodon_deltat::{Config, ConnHandle, Endpoint, Error, Stats, WallClock};
-use diodon_proto::Timestamp;
+use diodon_sansio::Timestamp;
 use diodon_sim::{DuplexLink, Impairment, Link, Outage, Pair, Seed, SeedReport, Side};
 
 pub use diodon_sim::ADDR_B;

@@ -1,4 +1,4 @@
-//! Virtual time for the sans-IO core: [`Timestamp`] (a monotonic instant the
+//! Virtual time for the sans-IO cores: [`Timestamp`] (a monotonic instant the
 //! caller supplies), [`TimerTable`] (one slot per timer kind, indexed by the
 //! core's own timer enum through [`TimerSlot`]; the minimum is the next
 //! wake-up) and [`Deadlines`] (one deadline per channel, ordered by time, so
