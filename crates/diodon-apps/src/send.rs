@@ -5,7 +5,7 @@
 //! ```text
 //!  source thread(s) ──SourceMsg──► sync_channel(queue_chunks) ──► core thread
 //!    open / data / finish / abort   (full: the source blocks)      │ write ≤ writable()
-//!                                                                  │ poll_batch ─► BatchSender::send
+//!                                                                  │ poll_transmit ─► BatchSender::send
 //!                                                                  │ sleep_until(poll_timeout)
 //!                                                                  ▼ events ─► SendReport
 //! ```
@@ -17,7 +17,9 @@
 //! channel table) and returns its [`SendReport`].
 
 use crate::PipelineError;
-use diodon_io::{BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig};
+use diodon_io::{
+    BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, MAX_GSO_SEGMENTS,
+};
 use diodon_proto::{
     ChannelId, ChannelMeta, Sender, SenderConfig, SenderEvent, SenderStats, SessionId,
 };
@@ -469,13 +471,17 @@ impl Core {
 
     /// Sends one batch if the core has one; returns whether it did.
     fn send_batch(&mut self, now: diodon_proto::Timestamp) -> Result<bool, PipelineError> {
-        self.buf.clear();
-        let Some(batch) = self.sender.poll_batch(now, &mut self.buf) else {
+        let Some(transmit) = self
+            .sender
+            .poll_transmit(now, MAX_GSO_SEGMENTS, &mut self.buf)
+        else {
             return Ok(false);
         };
-        let report = self
-            .udp
-            .send(self.dest, &self.buf[..batch.len], batch.segment_size)?;
+        let report = self.udp.send(
+            self.dest,
+            &self.buf[..transmit.size],
+            transmit.segment_len(),
+        )?;
         self.progress
             .datagrams
             .fetch_add(report.datagrams, Ordering::Relaxed);

@@ -38,5 +38,5 @@ pub use clock::{unix_time_ms, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
     BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBatch, SendReport,
-    SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,
+    SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
 };

@@ -26,7 +26,7 @@ fn sender(channels: usize, t0: Timestamp) -> Sender {
         let ch = s.open_channel(ChannelMeta::file("f", 1)).unwrap();
         s.write(t0, ch, b"x").unwrap();
     }
-    while s.poll_transmit(t0, &mut buf).is_some() {}
+    while s.poll_transmit(t0, 1, &mut buf).is_some() {}
     s
 }
 
@@ -44,8 +44,8 @@ fn receiver(channels: usize, t0: Timestamp) -> Receiver {
     }
     let mut buf = vec![0u8; 65_536];
     let mut datagrams = Vec::new();
-    while let Some(n) = s.poll_transmit(t0, &mut buf) {
-        datagrams.push(buf[..n].to_vec());
+    while let Some(t) = s.poll_transmit(t0, 1, &mut buf) {
+        datagrams.push(buf[..t.size].to_vec());
     }
     let mut r = Receiver::new(
         ReceiverConfig {

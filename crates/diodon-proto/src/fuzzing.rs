@@ -302,10 +302,10 @@ impl RxHarness {
         let mut buf = vec![0u8; self.sender.config().datagram_len()];
         for _ in 0..count {
             self.sender.handle_timeout(self.now);
-            let Some(n) = self.sender.poll_transmit(self.now, &mut buf) else {
+            let Some(t) = self.sender.poll_transmit(self.now, 1, &mut buf) else {
                 break;
             };
-            batch.push(buf[..n].to_vec());
+            batch.push(buf[..t.size].to_vec());
         }
         match fate % 4 {
             1 => batch.reverse(),

@@ -33,6 +33,6 @@ pub use diodon_sansio::{Deadlines, TimerSlot, TimerTable, Timestamp, Transmit};
 pub use receiver::{
     Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
 };
-pub use sender::{Batch, SendError, Sender, SenderConfig, SenderEvent, SenderStats};
+pub use sender::{SendError, Sender, SenderConfig, SenderEvent, SenderStats};
 pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

@@ -7,12 +7,12 @@
 //!        │                                   interleave groups (≤ depth blocks)
 //!        │                                             │ round-robin by symbol index
 //!  beacons (timer) ─┐                                  ▼
-//!  open / trailer ──┴─ control queue (copies spaced) ─► pick ─► pacer ─► poll_batch
+//!  open / trailer ──┴─ control queue (copies spaced) ─► pick ─► pacer ─► poll_transmit
 //! ```
 //!
 //! Call order for a driver: feed the application with `open_channel` /
 //! `write` / `finish` (respecting [`Sender::writable`]), then drain
-//! [`Sender::poll_batch`] (or [`Sender::poll_transmit`]) until it returns
+//! [`Sender::poll_transmit`] (one GSO batch per call) until it returns
 //! `None`, drain [`Sender::poll_event`], sleep until [`Sender::poll_timeout`]
 //! (or until the application has more data), call [`Sender::handle_timeout`],
 //! repeat. The sender never drops data: when its buffer is full `write`
@@ -33,7 +33,7 @@ use crate::wire::{
     SymbolRepr, TrailerRepr, TrailerStatus, BEACON_ENTRY_LEN, BEACON_FIXED_LEN, HEADER_LEN,
     MAX_NAME_LEN, SYMBOL_HEADER_LEN,
 };
-use diodon_sansio::{Deadlines, Timestamp};
+use diodon_sansio::{Deadlines, Timestamp, Transmit, MAX_TRANSMIT_BYTES};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use thiserror::Error;
@@ -70,7 +70,7 @@ pub struct SenderConfig {
     /// Channel bytes buffered (pending + encoded, not yet sent) before
     /// `write` pushes back.
     pub buffer_limit: usize,
-    /// Most datagrams in one `poll_batch` (the GSO segment count).
+    /// Most datagrams in one `poll_transmit` (the GSO segment count).
     pub max_batch: usize,
     /// A partial block waits at most this long for more bytes.
     pub flush_delay: Duration,
@@ -223,18 +223,6 @@ diodon_counters::counters! {
         channels_aborted: counter Count "channels_aborted" "Channels aborted.",
         backpressure_events: counter Count "backpressure_events" "Times write accepted fewer bytes than offered (the core's buffer pushed back).",
     }
-}
-
-/// Result of [`Sender::poll_batch`]: `count` datagrams back to back in the
-/// buffer, each `segment_size` bytes except possibly the last.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Batch {
-    /// Size of every datagram but the last.
-    pub segment_size: usize,
-    /// Number of datagrams.
-    pub count: usize,
-    /// Total bytes.
-    pub len: usize,
 }
 
 #[derive(Debug)]
@@ -672,34 +660,32 @@ impl Sender {
         }
     }
 
-    /// Writes the next datagram into `buf` (at least [`SenderConfig::datagram_len`]
-    /// bytes) and returns its length, or `None` if nothing may leave now.
-    pub fn poll_transmit(&mut self, now: Timestamp, buf: &mut [u8]) -> Option<usize> {
-        let next = self.pick(now)?;
-        let len = self.next_len(next);
-        let wire = len + self.config.per_datagram_overhead;
-        if !self.pacer.can_send(now, wire) {
-            self.pace_wait = Some(self.pacer.next_send_time(now, wire));
-            return None;
-        }
-        self.pacer.consume(now, wire);
-        self.pace_wait = None;
-        Some(self.emit(now, next, buf))
-    }
-
-    /// Appends up to `config.max_batch` datagrams to `out` for one GSO send:
-    /// all the same size except possibly the last.
-    pub fn poll_batch(&mut self, now: Timestamp, out: &mut Vec<u8>) -> Option<Batch> {
-        let mut batch: Option<Batch> = None;
-        let max = self.config.max_batch;
-        while batch.is_none_or(|b| b.count < max) {
+    /// Writes the next datagrams into `buf` for one send: at most
+    /// `max_datagrams` (and at most [`SenderConfig::max_batch`]), all the
+    /// same size except possibly a shorter last one, at most 65,000 bytes in
+    /// all (one GSO `sendmsg`). Returns what it wrote, or `None` if nothing
+    /// may leave at `now` (nothing queued, or the pacer says wait; then
+    /// [`Sender::poll_timeout`] says until when).
+    ///
+    /// `buf` is cleared first and reused: no allocation per datagram once it
+    /// has grown to a batch. The destination is `None`: a one-way sender has
+    /// one peer, the driver's.
+    pub fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        buf.clear();
+        let max = max_datagrams.min(self.config.max_batch).max(1);
+        let mut segment_size = 0;
+        let mut count = 0;
+        while count < max {
             let Some(next) = self.pick(now) else { break };
             let len = self.next_len(next);
-            if let Some(b) = batch {
-                // GSO: same size, or one shorter datagram that ends the batch.
-                if len > b.segment_size || b.len + len > 65_000 {
-                    break;
-                }
+            // GSO: same size, or one shorter datagram that ends the batch.
+            if count > 0 && (len > segment_size || buf.len() + len > MAX_TRANSMIT_BYTES) {
+                break;
             }
             let wire = len + self.config.per_datagram_overhead;
             if !self.pacer.can_send(now, wire) {
@@ -708,22 +694,23 @@ impl Sender {
             }
             self.pacer.consume(now, wire);
             self.pace_wait = None;
-            let start = out.len();
-            out.resize(start + len, 0);
-            let written = self.emit(now, next, &mut out[start..]);
+            let start = buf.len();
+            buf.resize(start + len, 0);
+            let written = self.emit(now, next, &mut buf[start..]);
             debug_assert_eq!(written, len);
-            let b = batch.get_or_insert(Batch {
-                segment_size: len,
-                count: 0,
-                len: 0,
-            });
-            b.count += 1;
-            b.len += len;
-            if len < b.segment_size {
+            if count == 0 {
+                segment_size = len;
+            }
+            count += 1;
+            if len < segment_size {
                 break;
             }
         }
-        batch
+        (count > 0).then(|| Transmit {
+            destination: None,
+            size: buf.len(),
+            segment_size: (count > 1).then_some(segment_size),
+        })
     }
 
     fn pick(&self, now: Timestamp) -> Option<Next> {

@@ -98,8 +98,8 @@ fn heavy_corruption_without_repair_fails_channels_but_never_completes_wrong_byte
 fn drain(sender: &mut Sender, now: Timestamp) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65_536];
-    while let Some(n) = sender.poll_transmit(now, &mut buf) {
-        out.push(buf[..n].to_vec());
+    while let Some(t) = sender.poll_transmit(now, 1, &mut buf) {
+        out.push(buf[..t.size].to_vec());
     }
     out
 }

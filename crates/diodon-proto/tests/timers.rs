@@ -34,8 +34,8 @@ fn datagrams(session: u64, data: &[u8], now: Timestamp, finish: bool) -> Vec<Vec
     }
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65_536];
-    while let Some(n) = s.poll_transmit(now, &mut buf) {
-        out.push(buf[..n].to_vec());
+    while let Some(t) = s.poll_transmit(now, 1, &mut buf) {
+        out.push(buf[..t.size].to_vec());
     }
     out
 }
@@ -229,8 +229,8 @@ fn ten_thousand_receiver_channels_expire_each_at_its_own_deadline_in_order() {
     }
     let mut buf = vec![0u8; 65_536];
     let mut opens = std::collections::HashMap::new();
-    while let Some(n) = s.poll_transmit(t0, &mut buf) {
-        let d = buf[..n].to_vec();
+    while let Some(t) = s.poll_transmit(t0, 1, &mut buf) {
+        let d = buf[..t.size].to_vec();
         let p = diodon_proto::wire::parse_datagram(&d, &Integrity::Crc32c).unwrap();
         if matches!(p.body, diodon_proto::wire::Body::Open(_)) {
             opens.insert(p.header.channel.0, d);
@@ -298,7 +298,7 @@ fn ten_thousand_sender_channels_flush_each_at_its_own_deadline_in_order() {
     }
     let end = written(MANY);
     let mut sent = 0;
-    while s.poll_transmit(end, &mut buf).is_some() {
+    while s.poll_transmit(end, 1, &mut buf).is_some() {
         sent += 1;
     }
     assert_eq!(sent, 1 + MANY, "the beacon and every channel-open");
@@ -307,18 +307,20 @@ fn ten_thousand_sender_channels_flush_each_at_its_own_deadline_in_order() {
         assert_eq!(s.poll_timeout(), Some(due), "earliest flush at step {p}");
         s.handle_timeout(due - NS);
         assert_eq!(
-            s.poll_transmit(due - NS, &mut buf),
+            s.poll_transmit(due - NS, 1, &mut buf),
             None,
             "nothing before {due:?}"
         );
         s.handle_timeout(due);
         s.handle_timeout(due);
-        let n = s.poll_transmit(due, &mut buf).expect("the flushed block");
-        let d = diodon_proto::wire::parse_datagram(&buf[..n], &Integrity::Crc32c).unwrap();
+        let t = s
+            .poll_transmit(due, 1, &mut buf)
+            .expect("the flushed block");
+        let d = diodon_proto::wire::parse_datagram(&buf[..t.size], &Integrity::Crc32c).unwrap();
         assert_eq!(d.header.channel.0, shuffled(p), "step {p}");
         assert!(matches!(d.body, diodon_proto::wire::Body::Data(_)));
         assert_eq!(
-            s.poll_transmit(due, &mut buf),
+            s.poll_transmit(due, 1, &mut buf),
             None,
             "one block at step {p}"
         );

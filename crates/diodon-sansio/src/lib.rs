@@ -20,4 +20,4 @@ pub mod time;
 pub mod transmit;
 
 pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp, MAX_TIMER_SLOTS};
-pub use transmit::Transmit;
+pub use transmit::{Transmit, MAX_TRANSMIT_BYTES};

@@ -15,6 +15,11 @@
 
 use std::net::SocketAddr;
 
+/// Most bytes a core writes for one transmit: one GSO `sendmsg` carries at
+/// most 65,535 bytes of IP packet, so the datagrams of a batch stay below
+/// that with room for the IP and UDP headers.
+pub const MAX_TRANSMIT_BYTES: usize = 65_000;
+
 /// What one `poll_transmit` call wrote into the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {

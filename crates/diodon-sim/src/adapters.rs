@@ -5,8 +5,7 @@
 //! contracts is adapted here and nowhere else.
 //!
 //! ```text
-//!   Sender    poll_transmit(now, buf) (max 1) ───▶ Transmit { None, len, None }, written in place
-//!             poll_batch(now, buf) (max > 1) ────▶ Transmit { None, len, segment_size }
+//!   Sender    poll_transmit(now, max, buf) ──────▶ Transmit { None, size, segment_size } (the core's own)
 //!             (no input: datagrams reaching it are ignored, a diode has no return path)
 //!   Receiver  handle_datagram(now, bytes) ◀─────── datagram (the source address is not used)
 //!             (never transmits)
@@ -28,34 +27,13 @@ impl SimEndpoint for Sender {
         Sender::handle_timeout(self, now);
     }
 
-    /// One datagram written in place when `max_datagrams` is 1; otherwise
-    /// one GSO batch of up to the sender's own `max_batch` datagrams.
     fn poll_transmit(
         &mut self,
         now: Timestamp,
         max_datagrams: usize,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        if max_datagrams == 1 {
-            let room = self.config().datagram_len();
-            if buf.len() < room {
-                buf.resize(room, 0);
-            }
-            let len = Sender::poll_transmit(self, now, buf)?;
-            buf.truncate(len);
-            return Some(Transmit {
-                destination: None,
-                size: len,
-                segment_size: None,
-            });
-        }
-        buf.clear();
-        let batch = self.poll_batch(now, buf)?;
-        Some(Transmit {
-            destination: None,
-            size: batch.len,
-            segment_size: Some(batch.segment_size),
-        })
+        Sender::poll_transmit(self, now, max_datagrams, buf)
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {

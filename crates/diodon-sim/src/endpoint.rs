@@ -15,6 +15,7 @@
 use std::net::SocketAddr;
 
 use diodon_sansio::Timestamp;
+pub use diodon_sansio::Transmit;
 
 /// One of the two endpoints of a [`Pair`](crate::Pair).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,29 +34,6 @@ impl Side {
             Side::A => Side::B,
             Side::B => Side::A,
         }
-    }
-}
-
-/// What [`SimEndpoint::poll_transmit`] wrote into the caller's buffer: one
-/// datagram, or several of `segment_size` bytes back to back (the last may
-/// be shorter), as for a GSO send.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Transmit {
-    /// Where the datagrams go; `None` for an endpoint that has no addresses
-    /// (the one-way sender: whatever is at the other end of the link).
-    pub destination: Option<SocketAddr>,
-    /// Bytes written into the buffer.
-    pub size: usize,
-    /// Size of each datagram in the buffer; `None`: one datagram of `size`.
-    pub segment_size: Option<usize>,
-}
-
-impl Transmit {
-    /// The datagrams in `buf` (the buffer this transmit was written into).
-    pub fn datagrams<'a>(&self, buf: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-        let buf = &buf[..self.size.min(buf.len())];
-        let segment = self.segment_size.unwrap_or(buf.len()).max(1);
-        buf.chunks(segment)
     }
 }
 
@@ -126,21 +104,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn transmit_splits_into_segments() {
-        let buf = [1u8, 1, 2, 2, 3];
-        let t = Transmit {
-            destination: None,
-            size: 5,
-            segment_size: Some(2),
-        };
-        let d: Vec<&[u8]> = t.datagrams(&buf).collect();
-        assert_eq!(d, [&[1u8, 1][..], &[2, 2], &[3]]);
-        let one = Transmit {
-            segment_size: None,
-            size: 3,
-            ..t
-        };
-        assert_eq!(one.datagrams(&buf).collect::<Vec<_>>(), [&[1u8, 1, 2][..]]);
+    fn sides_are_each_others_peer() {
         assert_eq!(Side::A.peer(), Side::B);
+        assert_eq!(Side::B.peer(), Side::A);
     }
 }

@@ -406,10 +406,10 @@ fn forged_datagram(key: [u8; 32]) -> Vec<u8> {
     };
     let mut s = Sender::new(cfg, SessionId(0xF0F0), Timestamp::ZERO).unwrap();
     let mut buf = Vec::new();
-    let b = s
-        .poll_batch(Timestamp::ZERO, &mut buf)
+    let t = s
+        .poll_transmit(Timestamp::ZERO, 1, &mut buf)
         .expect("a beacon is due at start");
-    buf.truncate(b.segment_size);
+    buf.truncate(t.size);
     buf
 }
 
