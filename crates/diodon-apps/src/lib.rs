@@ -26,6 +26,7 @@
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
 
+pub mod deltat;
 pub mod files;
 pub mod gateway;
 pub mod guard;

@@ -2,12 +2,18 @@
 //!
 //! ```text
 //!  net thread                 decoder thread                    writer thread
-//!  BatchReceiver::recv_batch  Receiver::handle_datagram          Sink::handle
+//!  BatchReceiver::recv_into   Receiver::handle_datagram          Sink::handle
 //!  (recvmmsg + GRO, nothing   handle_timeout, poll_event,        (files, stdout, TCP)
 //!   else) ──NetBatch──► [queue_batches] ──► admit names ──SinkEvent──► [event_queue] ──►
 //!        ▲                         │   ▲                                    │
 //!        └──── empty buffers ◄─────┘   └──── reject_channel(why) ◄──────────┘
 //! ```
+//!
+//! The kernel writes each datagram once, into a pooled receive buffer
+//! (`RecvBuffer`, slots × slot size); the buffer itself is queued to the
+//! decoder, which reads the datagrams in place and sends it back empty. At
+//! most `queue_batches` + 2 buffers exist; their pages become resident only
+//! as datagrams fill them.
 //!
 //! A full queue blocks its producer: the net thread then stops draining and
 //! the kernel socket buffer absorbs the burst (its overflow is counted with
@@ -18,7 +24,7 @@
 
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::PipelineError;
-use diodon_io::{BatchReceiver, MonotonicClock, SetupWarning, UdpConfig};
+use diodon_io::{BatchReceiver, MonotonicClock, RecvBuffer, SetupWarning, UdpConfig};
 use diodon_proto::{
     ChannelId, ChannelMeta, Event, FailReason, Receiver, ReceiverConfig, ReceiverStats, SessionId,
     Timestamp,
@@ -175,7 +181,8 @@ pub struct RecvOptions {
     pub config: ReceiverConfig,
     /// The socket.
     pub udp: UdpConfig,
-    /// Net → decoder queue, in batches (each up to `udp.recv_slots` datagrams).
+    /// Net → decoder queue, in receive buffers (each `udp.recv_slots` ×
+    /// `udp.slot_size` bytes, filled by one `recvmmsg`).
     pub queue_batches: usize,
     /// Decoder → writer queue, in events (a data event is one block).
     pub event_queue: usize,
@@ -260,11 +267,11 @@ impl RecvReport {
     }
 }
 
-/// Datagrams of one `recv_batch`, copied out of the socket's slots.
+/// One `recvmmsg`'s datagrams, in the memory the kernel wrote them to: the
+/// buffer itself travels to the decoder and back (no copy).
 struct NetBatch {
     at: Timestamp,
-    buf: Vec<u8>,
-    lens: Vec<u32>,
+    datagrams: RecvBuffer,
     drops: u64,
 }
 
@@ -376,28 +383,26 @@ fn net_loop(
 ) -> Result<(u64, u64, u64), PipelineError> {
     let mut total = 0u64;
     let mut queue_full = 0u64;
+    // A buffer that came back empty (timeout) is used again at once.
+    let mut spare: Option<NetBatch> = None;
     while !stop.load(Ordering::Relaxed) {
-        let batch = udp.recv_batch(Some(Duration::from_millis(50)))?;
-        if batch.is_empty() {
+        let mut out = spare
+            .take()
+            .or_else(|| pool.try_recv().ok())
+            .unwrap_or_else(|| NetBatch {
+                at: Timestamp::ZERO,
+                datagrams: udp.new_buffer(),
+                drops: 0,
+            });
+        udp.recv_into(&mut out.datagrams, Some(Duration::from_millis(50)))?;
+        if out.datagrams.is_empty() {
+            spare = Some(out);
             continue;
         }
-        let mut out = pool.try_recv().unwrap_or_else(|_| NetBatch {
-            at: Timestamp::ZERO,
-            buf: Vec::with_capacity(batch.bytes()),
-            lens: Vec::with_capacity(batch.len()),
-            drops: 0,
-        });
-        out.buf.clear();
-        out.lens.clear();
-        for d in &batch {
-            out.buf.extend_from_slice(d.data);
-            out.lens.push(d.data.len() as u32);
-        }
         out.at = clock.now();
-        total += out.lens.len() as u64;
-        progress
-            .datagrams
-            .fetch_add(out.lens.len() as u64, Ordering::Relaxed);
+        let n = out.datagrams.len() as u64;
+        total += n;
+        progress.datagrams.fetch_add(n, Ordering::Relaxed);
         out.drops = udp.socket_drops();
         progress.socket_drops.store(out.drops, Ordering::Relaxed);
         match tx.try_send(out) {
@@ -502,11 +507,8 @@ impl Decoder {
                     self.first.get_or_insert(batch.at);
                     self.drops = batch.drops;
                     let at = batch.at.max(self.last_now);
-                    let mut off = 0usize;
-                    for len in &batch.lens {
-                        let end = off + *len as usize;
-                        self.core.handle_datagram(at, &batch.buf[off..end]);
-                        off = end;
+                    for d in &batch.datagrams {
+                        self.core.handle_datagram(at, d.data);
                     }
                     let _ = pool.try_send(batch);
                     at

@@ -109,9 +109,9 @@ pub fn serve_udp(
     while !stop.load(Ordering::Relaxed) {
         let batch = sock.recv_batch(Some(Duration::from_millis(20)))?;
         let now = clock.now();
-        let drained = batch.len() < slots;
+        let drained = batch.messages() < slots;
         let (mut n, mut bytes) = (0u64, 0u64);
-        for d in &batch {
+        for d in batch {
             n += 1;
             bytes += d.data.len() as u64;
             let flow = match flows.entry(d.src) {

@@ -32,8 +32,8 @@ use crate::config::{CongestionAlgorithm, Settings, WallClock};
 use crate::rtt::RttEstimator;
 use crate::seq::Seq;
 use crate::wire::{
-    encode_sack, Deadline, Flags, Lifetime, NakCode, SegmentRepr, SegmentType, MAX_SACK_BLOCKS,
-    MAX_SCALED_WINDOW, WINDOW_SCALE_SHIFT,
+    ControlSegment, Deadline, Flags, Lifetime, NakCode, SackPayload, SegmentRepr, SegmentType,
+    MAX_SACK_BLOCKS, MAX_SCALED_WINDOW, WINDOW_SCALE_SHIFT,
 };
 
 /// SN shift applied by both ends after a rendezvous (thesis 4.2.8: the maximum
@@ -322,7 +322,8 @@ pub(crate) struct Connection {
     timers: TimerTable<Timer>,
     snd: SendState,
     rcv: RecvState,
-    out: VecDeque<Vec<u8>>,
+    /// Segments without data waiting to be sent (acks, rendezvous).
+    out: VecDeque<ControlSegment>,
     cc: Box<dyn CongestionControl>,
     rtt: RttEstimator,
 }
@@ -481,9 +482,37 @@ impl Connection {
 
     // ---- segment construction -----------------------------------------------
 
-    /// Builds a segment of ours; the window field (and `W`) is our receive window.
+    /// The header of a segment of ours; the window field (and `W`) is our
+    /// receive window (advertising it remembers its right edge).
     #[expect(clippy::too_many_arguments, reason = "one argument per header field")]
-    fn emit(
+    fn header<'p>(
+        &mut self,
+        s: &Settings,
+        kind: SegmentType,
+        flags: Flags,
+        sn: Seq,
+        deadline: Deadline,
+        lifetime: Lifetime,
+        payload: &'p [u8],
+    ) -> SegmentRepr<'p> {
+        let (window, scaled) = self.advertise(s);
+        SegmentRepr {
+            src_port: self.local_port,
+            dst_port: self.remote_port,
+            kind,
+            flags: flags.with(scaled),
+            sn,
+            deadline,
+            lifetime,
+            window,
+            payload,
+        }
+    }
+
+    /// A segment of ours without data (ack with SACK blocks, rendezvous),
+    /// held inline.
+    #[expect(clippy::too_many_arguments, reason = "one argument per header field")]
+    fn control(
         &mut self,
         s: &Settings,
         kind: SegmentType,
@@ -492,22 +521,37 @@ impl Connection {
         deadline: Deadline,
         lifetime: Lifetime,
         payload: &[u8],
-    ) -> Vec<u8> {
-        let (window, scaled) = self.advertise(s);
-        let flags = flags.with(scaled);
-        SegmentRepr {
-            src_port: self.local_port,
-            dst_port: self.remote_port,
-            kind,
-            flags,
-            sn,
-            deadline,
-            lifetime,
-            window,
-            payload,
-        }
-        .to_vec()
-        .expect("payload bounded by the validated max_payload")
+    ) -> ControlSegment {
+        self.header(s, kind, flags, sn, deadline, lifetime, payload)
+            .to_control()
+            .expect("a control payload is at most the SACK blocks")
+    }
+
+    /// Appends a data segment carrying `len` send-buffer octets from `off`
+    /// (relative to `una`) to `buf`, copied straight from the send buffer;
+    /// returns the segment's length.
+    #[expect(clippy::too_many_arguments, reason = "one argument per header field")]
+    fn append_data(
+        &mut self,
+        s: &Settings,
+        flags: Flags,
+        sn: Seq,
+        deadline: Deadline,
+        off: usize,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> usize {
+        let repr = self.header(s, SegmentType::Data, flags, sn, deadline, s.delta_t, &[]);
+        let (a, b) = self.snd.buf.as_slices();
+        let parts = if off + len <= a.len() {
+            [&a[off..off + len], &[][..]]
+        } else if off >= a.len() {
+            [&b[off - a.len()..off - a.len() + len], &[][..]]
+        } else {
+            [&a[off..], &b[..off + len - a.len()]]
+        };
+        repr.append_gathered(parts, buf)
+            .expect("payload bounded by the validated max_payload")
     }
 
     /// Free receive buffer in octets.
@@ -547,18 +591,18 @@ impl Connection {
         let sack = if ctx.s.cfg.sack && self.rcv.valid && !self.rcv.ooo.is_empty() {
             let blocks = self.rcv.sack_blocks();
             ctx.stats.sack_blocks_sent += blocks.len() as u64;
-            encode_sack(&blocks)
+            SackPayload::new(&blocks)
         } else {
-            Vec::new()
+            SackPayload::EMPTY
         };
-        let seg = self.emit(
+        let seg = self.control(
             ctx.s,
             SegmentType::Ack,
             flags,
             sn,
             ctx.wall.deadline(now, lifetime),
             lifetime,
-            &sack,
+            sack.as_slice(),
         );
         self.out.push_back(seg);
     }
@@ -569,7 +613,7 @@ impl Connection {
         now: Timestamp,
         s: &Settings,
         wall: WallClock,
-    ) -> Vec<u8> {
+    ) -> ControlSegment {
         SegmentRepr {
             src_port: repr.dst_port,
             dst_port: repr.src_port,
@@ -581,7 +625,7 @@ impl Connection {
             window: code.to_u16(),
             payload: &[],
         }
-        .to_vec()
+        .to_control()
         .expect("nak has no payload")
     }
 
@@ -1130,7 +1174,7 @@ impl Connection {
         {
             if now <= first_tx + r {
                 ctx.stats.retransmissions += 1;
-                let seg = self.emit(
+                let seg = self.control(
                     ctx.s,
                     SegmentType::Rendezvous,
                     Flags::D,
@@ -1185,7 +1229,7 @@ impl Connection {
         {
             if now <= first_tx + ctx.s.cfg.max_retransmit_time {
                 ctx.stats.retransmissions += 1;
-                let seg = self.emit(
+                let seg = self.control(
                     ctx.s,
                     SegmentType::Ack,
                     Flags::R,
@@ -1234,9 +1278,20 @@ impl Connection {
         self.timers.set(Timer::Stimer, now + s.stimer());
     }
 
-    pub fn poll_transmit(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+    /// Appends this connection's next segment to `buf` and returns its
+    /// length, or `None` when it has nothing to send at `now`.
+    pub fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        ctx: &mut Ctx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let append = |buf: &mut Vec<u8>, seg: ControlSegment| {
+            buf.extend_from_slice(seg.as_bytes());
+            seg.as_bytes().len()
+        };
         if let Some(seg) = self.out.pop_front() {
-            return Some(seg);
+            return Some(append(buf, seg));
         }
         if std::mem::take(&mut self.rcv.window_update_due)
             && self.rcv.valid
@@ -1244,21 +1299,21 @@ impl Connection {
         {
             ctx.stats.window_updates += 1;
             self.queue_ack(now, ctx, self.rcv.nxt, Flags::NONE);
-            return self.out.pop_front();
+            return self.out.pop_front().map(|seg| append(buf, seg));
         }
         if let Some(seg) = self.poll_reliable_ack(now, ctx) {
-            return Some(seg);
+            return Some(append(buf, seg));
         }
         if self.failed.is_some() {
             return None;
         }
-        if let Some(seg) = self.poll_retransmission(now, ctx) {
-            return Some(seg);
+        if let Some(len) = self.poll_retransmission(now, ctx, buf) {
+            return Some(len);
         }
-        self.poll_new(now, ctx)
+        self.poll_new(now, ctx, buf)
     }
 
-    fn poll_reliable_ack(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+    fn poll_reliable_ack(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<ControlSegment> {
         let RecvRdv::Accepted { rdv_sn } = self.rcv.rdv else {
             return None;
         };
@@ -1276,7 +1331,7 @@ impl Connection {
         // R5: a reliable-ack has lifetime Δt from its first transmission.
         let deadline = ctx.wall.deadline(now, ctx.s.delta_t);
         let sn = self.rcv.nxt;
-        let seg = self.emit(
+        let seg = self.control(
             ctx.s,
             SegmentType::Ack,
             Flags::R,
@@ -1297,7 +1352,12 @@ impl Connection {
         Some(seg)
     }
 
-    fn poll_retransmission(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+    fn poll_retransmission(
+        &mut self,
+        now: Timestamp,
+        ctx: &mut Ctx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Option<usize> {
         let r = ctx.s.cfg.max_retransmit_time;
         if self.snd.lost_count == 0 {
             return None;
@@ -1312,7 +1372,7 @@ impl Connection {
             self.snd.lost_count -= 1;
             self.snd.exhausted_count += 1;
             ctx.stats.retransmit_limit += 1;
-            return self.poll_retransmission(now, ctx);
+            return self.poll_retransmission(now, ctx, buf);
         }
         // The head (fast retransmit, partial ack, RTO) always goes; later
         // holes wait for the congestion window.
@@ -1331,7 +1391,6 @@ impl Connection {
         self.snd.lost_count -= 1;
         self.snd.pipe += len;
         let off = sn.diff(self.snd.una) as usize;
-        let payload: Vec<u8> = self.snd.buf.range(off..off + len).copied().collect();
         let flags = if sn == self.snd.una {
             Flags::D
         } else {
@@ -1341,18 +1400,10 @@ impl Connection {
         if self.timers.get(Timer::Retransmit).is_none() {
             self.arm_rto(now, ctx.s);
         }
-        Some(self.emit(
-            ctx.s,
-            SegmentType::Data,
-            flags,
-            sn,
-            deadline,
-            ctx.s.delta_t,
-            &payload,
-        ))
+        Some(self.append_data(ctx.s, flags, sn, deadline, off, len, buf))
     }
 
-    fn poll_new(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) -> Option<Vec<u8>> {
+    fn poll_new(&mut self, now: Timestamp, ctx: &mut Ctx<'_>, buf: &mut Vec<u8>) -> Option<usize> {
         if !ctx.may_send_new || self.blocked() || self.snd.rdv != SendRdv::None {
             return None;
         }
@@ -1377,7 +1428,7 @@ impl Connection {
             self.refresh_stimer(now, ctx.s);
             self.arm_rto(now, ctx.s);
             ctx.stats.rendezvous_sent += 1;
-            return Some(self.emit(
+            let seg = self.control(
                 ctx.s,
                 SegmentType::Rendezvous,
                 Flags::D,
@@ -1385,7 +1436,9 @@ impl Connection {
                 deadline,
                 ctx.s.delta_t,
                 &[],
-            ));
+            );
+            buf.extend_from_slice(seg.as_bytes());
+            return Some(seg.as_bytes().len());
         }
         let mss = ctx.s.cfg.max_payload;
         let wnd_room = (self.snd.wnd as usize).saturating_sub(sent);
@@ -1395,7 +1448,6 @@ impl Connection {
             return None;
         }
         let sn = self.snd.nxt;
-        let payload: Vec<u8> = self.snd.buf.range(sent..sent + len).copied().collect();
         let (tx_delivered, tx_delivered_time) = self.snd.stamp(now);
         let flags = if sn == self.snd.una {
             Flags::D
@@ -1425,14 +1477,6 @@ impl Connection {
             self.arm_rto(now, ctx.s);
         }
         ctx.stats.bytes_sent += len as u64;
-        Some(self.emit(
-            ctx.s,
-            SegmentType::Data,
-            flags,
-            sn,
-            deadline,
-            ctx.s.delta_t,
-            &payload,
-        ))
+        Some(self.append_data(ctx.s, flags, sn, deadline, sent, len, buf))
     }
 }

@@ -7,7 +7,8 @@
 //! ```text
 //!  handle_datagram(now, from, bytes) ─▶ parse ─▶ deadline ─▶ demux ─▶ Connection
 //!  handle_timeout(now) ───────────────────────────────────────────▶ Connection timers
-//!  poll_transmit(now) ◀── endpoint naks ◀── connections (round robin)
+//!  poll_transmit(now, max, buf) ◀── endpoint naks ◀── connections (round robin),
+//!                                  batched per peer and size (GSO) into the driver's buffer
 //!  poll_timeout() = min(connection timers)       poll_event() ◀── events
 //! ```
 //!
@@ -18,14 +19,21 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 
-use diodon_sansio::Timestamp;
+use diodon_sansio::{Timestamp, Transmit, MAX_TRANSMIT_BYTES};
 
 pub use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::config::{Config, ConfigError, Settings, WallClock};
 use crate::conn::{Connection, Ctx};
-use crate::wire::{Flags, NakCode, SegmentRepr, SegmentType};
+use crate::wire::{ControlSegment, Flags, NakCode, SegmentRepr, SegmentType};
 
 type Key = (u16, SocketAddr, u16);
+
+/// Where a held segment came from and goes.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    source: Option<u64>,
+    to: SocketAddr,
+}
 
 /// A Delta-t endpoint (sans-IO). See the module docs for the call order.
 #[derive(Debug)]
@@ -37,7 +45,12 @@ pub struct Endpoint {
     listeners: BTreeSet<u16>,
     accept_queue: VecDeque<ConnHandle>,
     events: VecDeque<Event>,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// Naks waiting to be sent.
+    out: VecDeque<(SocketAddr, ControlSegment)>,
+    /// A segment emitted into a transmit it did not fit (longer than the
+    /// batch's segments): sent first by the next call, from `held_bytes`.
+    held: Option<Held>,
+    held_bytes: Vec<u8>,
     stats: Stats,
     next_handle: u64,
     cursor: u64,
@@ -58,6 +71,8 @@ impl Endpoint {
             accept_queue: VecDeque::new(),
             events: VecDeque::new(),
             out: VecDeque::new(),
+            held: None,
+            held_bytes: Vec::new(),
             stats: Stats::default(),
             next_handle: 1,
             cursor: 0,
@@ -384,33 +399,97 @@ impl Endpoint {
         }
     }
 
-    /// Next datagram to send.
-    pub fn poll_transmit(&mut self, now: Timestamp) -> Option<(SocketAddr, Vec<u8>)> {
-        if let Some(t) = self.out.pop_front() {
+    /// Writes the next segments into `buf` for one send: at most
+    /// `max_datagrams`, all to one peer and of one size except possibly a
+    /// shorter last one (one GSO `sendmsg`), at most
+    /// [`MAX_TRANSMIT_BYTES`] in all. Returns what it wrote, or `None` when
+    /// nothing may leave at `now`. `buf` is cleared first; no allocation per
+    /// segment.
+    ///
+    /// Connections take turns by transmit: the first segment comes from the
+    /// next connection with something to send (naks before all), the rest
+    /// of the batch from that same connection.
+    pub fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        buf.clear();
+        let (source, to, segment) = match self.held.take() {
+            Some(Held { source, to }) => {
+                buf.extend_from_slice(&self.held_bytes);
+                (source, to, buf.len())
+            }
+            None => self.poll_segment(now, buf)?,
+        };
+        let mut count = 1;
+        if let Some(id) = source {
+            while count < max_datagrams && buf.len() + segment <= MAX_TRANSMIT_BYTES {
+                let start = buf.len();
+                let (mut ctx, conns) = self.ctx(now);
+                let Some(conn) = conns.get_mut(&id) else {
+                    break;
+                };
+                let Some(len) = conn.poll_transmit(now, &mut ctx, buf) else {
+                    break;
+                };
+                self.stats.datagrams_out += 1;
+                if len > segment {
+                    // Longer than the batch's segments: it opens the next one.
+                    self.held_bytes.clear();
+                    self.held_bytes.extend_from_slice(&buf[start..]);
+                    self.held = Some(Held { source, to });
+                    buf.truncate(start);
+                    break;
+                }
+                count += 1;
+                if len < segment {
+                    break;
+                }
+            }
+        }
+        Some(Transmit {
+            destination: Some(to),
+            size: buf.len(),
+            segment_size: (count > 1).then_some(segment),
+        })
+    }
+
+    /// Appends the next segment to `buf` (a nak first, then the
+    /// connections in turn): the connection it came from (`None` for a
+    /// nak), its peer and its length.
+    fn poll_segment(
+        &mut self,
+        now: Timestamp,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Option<u64>, SocketAddr, usize)> {
+        if let Some((to, seg)) = self.out.pop_front() {
             self.stats.datagrams_out += 1;
-            return Some(t);
+            buf.extend_from_slice(seg.as_bytes());
+            return Some((None, to, seg.as_bytes().len()));
         }
         let cursor = self.cursor;
         let (mut ctx, conns) = self.ctx(now);
         let mut hit = None;
         for (id, c) in conns.range_mut(cursor + 1..) {
-            if let Some(d) = c.poll_transmit(now, &mut ctx) {
-                hit = Some((*id, c.remote, d));
+            if let Some(len) = c.poll_transmit(now, &mut ctx, buf) {
+                hit = Some((*id, c.remote, len));
                 break;
             }
         }
         if hit.is_none() {
             for (id, c) in conns.range_mut(..=cursor) {
-                if let Some(d) = c.poll_transmit(now, &mut ctx) {
-                    hit = Some((*id, c.remote, d));
+                if let Some(len) = c.poll_transmit(now, &mut ctx, buf) {
+                    hit = Some((*id, c.remote, len));
                     break;
                 }
             }
         }
-        let (id, remote, d) = hit?;
+        let (id, remote, len) = hit?;
         self.cursor = id;
         self.stats.datagrams_out += 1;
-        Some((remote, d))
+        Some((Some(id), remote, len))
     }
 
     /// Earliest timer over all connections.
@@ -442,7 +521,7 @@ mod tests {
 
     use super::*;
     use crate::seq::Seq;
-    use crate::wire::{Deadline, Lifetime};
+    use crate::wire::{Deadline, Lifetime, HEADER_LEN};
 
     const LOCAL: u16 = 8080;
     const REMOTE_PORT: u16 = 9090;
@@ -504,7 +583,7 @@ mod tests {
     fn run_until(ep: &mut Endpoint, until: Timestamp, sent: &mut Vec<(Timestamp, Vec<u8>)>) {
         let mut now = ms(0);
         loop {
-            while let Some((_, d)) = ep.poll_transmit(now) {
+            while let Some((_, d)) = next(ep, now) {
                 sent.push((now, d));
             }
             match ep.poll_timeout() {
@@ -515,6 +594,14 @@ mod tests {
                 _ => return,
             }
         }
+    }
+
+    /// The next segment on its own (one datagram per transmit).
+    fn next(ep: &mut Endpoint, now: Timestamp) -> Option<(SocketAddr, Vec<u8>)> {
+        let mut buf = Vec::new();
+        let t = ep.poll_transmit(now, 1, &mut buf)?;
+        assert_eq!((t.size, t.segment_size), (buf.len(), None));
+        Some((t.destination.expect("Delta-t segments have a peer"), buf))
     }
 
     fn events(ep: &mut Endpoint) -> Vec<Event> {
@@ -530,11 +617,11 @@ mod tests {
         let mut ep = endpoint(1000);
         let h = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
         ep.write(h, b"a").expect("write");
-        assert!(ep.poll_transmit(ms(0)).is_some());
+        assert!(next(&mut ep, ms(0)).is_some());
         let ack = seg(&ep, ms(50), SegmentType::Ack, Flags::NONE, 1, 0, 2);
         deliver(&mut ep, ms(50), &ack);
         ep.write(h, b"b").expect("write");
-        assert!(ep.poll_transmit(ms(3000)).is_some(), "new SN at t = 3 s");
+        assert!(next(&mut ep, ms(3000)).is_some(), "new SN at t = 3 s");
         let ack = seg(&ep, ms(3050), SegmentType::Ack, Flags::NONE, 2, 0, 2);
         deliver(&mut ep, ms(3050), &ack);
         ep.handle_timeout(ms(6001));
@@ -561,12 +648,12 @@ mod tests {
         );
         ep.write(h, b"second").expect("write");
         assert!(
-            ep.poll_transmit(ms(3500)).is_none(),
+            next(&mut ep, ms(3500)).is_none(),
             "R2: no new SN while an exhausted one is unacked"
         );
         let ack = seg(&ep, ms(3600), SegmentType::Ack, Flags::NONE, 5, 0, 2);
         deliver(&mut ep, ms(3600), &ack);
-        let (_, d) = ep.poll_transmit(ms(3600)).expect("unblocked by the ack");
+        let (_, d) = next(&mut ep, ms(3600)).expect("unblocked by the ack");
         assert_eq!(parsed(&d).payload, b"second");
     }
 
@@ -634,7 +721,7 @@ mod tests {
         ep.listen(LOCAL).expect("listen");
         let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 7);
         deliver(&mut ep, ms(1234), &d);
-        let (_, ack) = ep.poll_transmit(ms(1234)).expect("ack");
+        let (_, ack) = next(&mut ep, ms(1234)).expect("ack");
         let ack = parsed(&ack);
         assert_eq!(ack.lifetime.secs(), 7, "acks carry the peer's Δt");
         assert_eq!(
@@ -672,7 +759,7 @@ mod tests {
         let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 1);
         deliver(&mut ep, ms(0), &d);
         let h = ep.accept().expect("accepted");
-        while ep.poll_transmit(ms(0)).is_some() {}
+        while next(&mut ep, ms(0)).is_some() {}
         ep.close(h).expect("close");
         assert_eq!(
             ep.connect(remote(), REMOTE_PORT, LOCAL),
@@ -700,5 +787,70 @@ mod tests {
             1,
             "600 ms late exceeds the 500 ms tolerance"
         );
+    }
+
+    #[test]
+    fn a_transmit_batches_one_connections_segments_of_one_size() {
+        let mut ep = endpoint(1000);
+        let other: SocketAddr = "192.0.2.10:4000".parse().expect("address");
+        let a = ep.connect(remote(), REMOTE_PORT, LOCAL).expect("connect");
+        let b = ep.connect(other, REMOTE_PORT, LOCAL).expect("connect");
+        ep.write(a, &[1; 350]).expect("write");
+        ep.write(b, &[2; 150]).expect("write");
+        let mut buf = Vec::new();
+        let mut seen = Vec::new();
+        while let Some(t) = ep.poll_transmit(ms(0), 3, &mut buf) {
+            assert_eq!(t.size, buf.len());
+            let sizes: Vec<usize> = t.datagrams(&buf).map(|d| parsed(d).payload.len()).collect();
+            let fill: Vec<u8> = t.datagrams(&buf).map(|d| parsed(d).payload[0]).collect();
+            assert!(
+                fill.iter().all(|f| *f == fill[0]),
+                "one connection per transmit"
+            );
+            seen.push((t.destination.expect("peer"), t.segment_size, sizes));
+        }
+        let seg = Some(HEADER_LEN + 100);
+        assert_eq!(
+            seen,
+            vec![
+                (remote(), seg, vec![100, 100, 100]),
+                (other, seg, vec![100, 50]),
+                (remote(), None, vec![50]),
+            ],
+            "batches of at most 3, connections taking turns"
+        );
+        assert_eq!(ep.stats().datagrams_out, 6);
+    }
+
+    #[test]
+    fn a_longer_segment_is_held_for_the_next_transmit() {
+        let mut ep = endpoint(1000);
+        ep.listen(LOCAL).expect("listen");
+        let d = seg(&ep, ms(0), SegmentType::Data, Flags::D, 0, 10, 1);
+        deliver(&mut ep, ms(0), &d);
+        let h = ep.accept().expect("accepted");
+        ep.write(h, &[8; 250]).expect("write");
+        let mut buf = Vec::new();
+        let mut kinds = Vec::new();
+        while let Some(t) = ep.poll_transmit(ms(0), 8, &mut buf) {
+            kinds.push(
+                t.datagrams(&buf)
+                    .map(|d| (parsed(d).kind, parsed(d).payload.len()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(
+            kinds,
+            vec![
+                vec![(SegmentType::Ack, 0)],
+                vec![
+                    (SegmentType::Data, 100),
+                    (SegmentType::Data, 100),
+                    (SegmentType::Data, 50)
+                ],
+            ],
+            "the ack goes alone; the data segment that did not fit it opens the next batch"
+        );
+        assert_eq!(ep.stats().datagrams_out, 4);
     }
 }

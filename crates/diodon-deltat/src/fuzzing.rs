@@ -108,6 +108,7 @@ fn endpoint(data: &[u8]) {
     let mut fed = 0u64;
     let mut rest = data;
     let mut buf = [0u8; 2048];
+    let mut out = Vec::new();
     while let Some((&control, tail)) = rest.split_first() {
         let len = HEADER_LEN + usize::from(control >> 2);
         let (chunk, tail) = tail.split_at(len.min(tail.len()));
@@ -132,7 +133,7 @@ fn endpoint(data: &[u8]) {
         fed += 1;
         assert_eq!(ep.stats().datagrams_in, fed, "every datagram is counted");
         ep.handle_timeout(now);
-        while ep.poll_transmit(now).is_some() {}
+        drain(&mut ep, now, 1 + usize::from(control >> 5), &mut out);
         ep.assert_consistent();
         while let Some(event) = ep.poll_event() {
             if let Event::Readable(h) = event {
@@ -147,5 +148,27 @@ fn endpoint(data: &[u8]) {
     }
     now += Duration::from_secs(60);
     ep.handle_timeout(now);
-    while ep.poll_transmit(now).is_some() {}
+    drain(&mut ep, now, 64, &mut out);
+}
+
+/// Sends everything `ep` has, in transmits of at most `max` segments, and
+/// checks the transmit contract: one peer, every segment but the last of
+/// `segment_size` bytes, each one a valid segment, no more than asked for.
+fn drain(ep: &mut Endpoint, now: Timestamp, max: usize, buf: &mut Vec<u8>) {
+    while let Some(t) = ep.poll_transmit(now, max, buf) {
+        assert_eq!(t.size, buf.len(), "the transmit covers the buffer");
+        assert!(t.destination.is_some(), "a Delta-t segment has a peer");
+        assert!(t.datagram_count() <= max, "at most {max} segments");
+        let segments: Vec<&[u8]> = t.datagrams(buf).collect();
+        for (i, segment) in segments.iter().enumerate() {
+            if i + 1 < segments.len() {
+                assert_eq!(
+                    segment.len(),
+                    t.segment_len(),
+                    "equal segments before the last"
+                );
+            }
+            SegmentRepr::parse_bytes(segment).expect("the endpoint emits valid segments");
+        }
+    }
 }

@@ -52,6 +52,8 @@ pub const MAX_SCALED_WINDOW: usize = (u16::MAX as usize) << WINDOW_SCALE_SHIFT;
 pub const MAX_SACK_BLOCKS: usize = 16;
 /// Octets of one SACK block on the wire (start SN, end SN).
 pub const SACK_BLOCK_LEN: usize = 8;
+/// Largest segment that carries no data: an ack with every SACK block.
+pub const MAX_CONTROL_LEN: usize = HEADER_LEN + MAX_SACK_BLOCKS * SACK_BLOCK_LEN;
 
 mod field {
     use std::ops::Range;
@@ -592,12 +594,65 @@ fn sack_iter(payload: &[u8]) -> impl Iterator<Item = (Seq, Seq)> + '_ {
 /// Encodes SACK blocks `[start, end)` as an ack payload (at most
 /// [`MAX_SACK_BLOCKS`] are taken).
 pub fn encode_sack(blocks: &[(Seq, Seq)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len().min(MAX_SACK_BLOCKS) * SACK_BLOCK_LEN);
-    for (start, end) in blocks.iter().take(MAX_SACK_BLOCKS) {
-        out.extend_from_slice(&start.0.to_be_bytes());
-        out.extend_from_slice(&end.0.to_be_bytes());
+    SackPayload::new(blocks).as_slice().to_vec()
+}
+
+/// SACK blocks encoded as an ack payload, held inline (no allocation).
+#[derive(Clone, Copy)]
+pub struct SackPayload {
+    bytes: [u8; MAX_SACK_BLOCKS * SACK_BLOCK_LEN],
+    len: usize,
+}
+
+impl SackPayload {
+    /// Encodes `[start, end)` blocks; at most [`MAX_SACK_BLOCKS`] are taken.
+    pub fn new(blocks: &[(Seq, Seq)]) -> SackPayload {
+        let mut p = SackPayload {
+            bytes: [0; MAX_SACK_BLOCKS * SACK_BLOCK_LEN],
+            len: 0,
+        };
+        for (start, end) in blocks.iter().take(MAX_SACK_BLOCKS) {
+            p.bytes[p.len..p.len + 4].copy_from_slice(&start.0.to_be_bytes());
+            p.bytes[p.len + 4..p.len + 8].copy_from_slice(&end.0.to_be_bytes());
+            p.len += SACK_BLOCK_LEN;
+        }
+        p
     }
-    out
+
+    /// No blocks.
+    pub const EMPTY: SackPayload = SackPayload {
+        bytes: [0; MAX_SACK_BLOCKS * SACK_BLOCK_LEN],
+        len: 0,
+    };
+
+    /// The payload bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// A segment without data (ack, nak, rendezvous), emitted and held inline
+/// until it is sent: queuing one allocates nothing.
+#[derive(Clone, Copy)]
+pub struct ControlSegment {
+    bytes: [u8; MAX_CONTROL_LEN],
+    len: usize,
+}
+
+impl ControlSegment {
+    /// The segment's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl fmt::Debug for ControlSegment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match SegmentRepr::parse_bytes(self.as_bytes()) {
+            Ok(repr) => write!(f, "ControlSegment({repr})"),
+            Err(e) => write!(f, "ControlSegment(invalid: {e})"),
+        }
+    }
 }
 
 impl SegmentRepr<'_> {
@@ -695,6 +750,55 @@ impl<'a> SegmentRepr<'a> {
         seg.payload_mut().copy_from_slice(self.payload);
         seg.fill_checksum();
         Ok(())
+    }
+
+    /// Appends the segment to `buf`; returns its length.
+    pub fn append_to(&self, buf: &mut Vec<u8>) -> Result<usize, WireError> {
+        self.append_gathered([self.payload, &[]], buf)
+    }
+
+    /// Appends the segment to `buf` with the payload taken from `parts`
+    /// (concatenated; e.g. the two halves of a ring buffer, so the data is
+    /// copied once, straight into the datagram). `self.payload` is not used.
+    /// Returns the segment's length; on error `buf` is unchanged.
+    pub fn append_gathered(
+        &self,
+        parts: [&[u8]; 2],
+        buf: &mut Vec<u8>,
+    ) -> Result<usize, WireError> {
+        let payload_len = parts[0].len() + parts[1].len();
+        let need = HEADER_LEN + payload_len;
+        let length = u16::try_from(need).map_err(|_| WireError::PayloadTooLarge(payload_len))?;
+        let start = buf.len();
+        buf.resize(start + HEADER_LEN, 0);
+        buf.extend_from_slice(parts[0]);
+        buf.extend_from_slice(parts[1]);
+        let mut seg = Segment::new_unchecked(&mut buf[start..]);
+        seg.set_src_port(self.src_port);
+        seg.set_dst_port(self.dst_port);
+        seg.set_length(length);
+        seg.set_sn(self.sn);
+        seg.set_deadline(self.deadline);
+        seg.set_type_flags(0, self.kind, self.flags);
+        seg.set_lifetime(self.lifetime);
+        seg.set_window(self.window);
+        seg.fill_checksum();
+        Ok(need)
+    }
+
+    /// Emits a segment without data (its payload at most SACK blocks)
+    /// into an inline [`ControlSegment`].
+    pub fn to_control(&self) -> Result<ControlSegment, WireError> {
+        let need = self.buffer_len();
+        if need > MAX_CONTROL_LEN {
+            return Err(WireError::PayloadTooLarge(self.payload.len()));
+        }
+        let mut c = ControlSegment {
+            bytes: [0; MAX_CONTROL_LEN],
+            len: need,
+        };
+        self.emit(&mut Segment::new_unchecked(&mut c.bytes[..need]))?;
+        Ok(c)
     }
 
     /// Emits into a fresh vector.

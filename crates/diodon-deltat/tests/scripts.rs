@@ -264,7 +264,7 @@ impl Runner {
             return Ok(());
         }
         loop {
-            if let Some((_, d)) = self.ep.poll_transmit(self.now) {
+            if let Some((_, d)) = next_segment(&mut self.ep, self.now) {
                 return Err(format!(
                     "unexpected outbound at {:?}: {}",
                     self.now,
@@ -328,7 +328,7 @@ impl Runner {
         let tol = self.opts.tolerance;
         let earliest = Timestamp::from_nanos(t.as_nanos().saturating_sub(tol.as_nanos() as u64));
         let (to, d) = loop {
-            if let Some(x) = self.ep.poll_transmit(self.now) {
+            if let Some(x) = next_segment(&mut self.ep, self.now) {
                 break x;
             }
             match self.ep.poll_timeout() {
@@ -557,13 +557,21 @@ fn run_script(text: &str) -> Result<(), String> {
         };
         res.map_err(|e| format!("line {no} `{line}`: {e}"))?;
     }
-    if let Some((_, d)) = r.ep.poll_transmit(r.now) {
+    if let Some((_, d)) = next_segment(&mut r.ep, r.now) {
         return Err(format!(
             "unexpected outbound at end of script: {}",
             Runner::describe(&d)
         ));
     }
     Ok(())
+}
+
+/// The endpoint's next segment on its own (one datagram per transmit, as a
+/// script names them one by one).
+fn next_segment(ep: &mut Endpoint, now: Timestamp) -> Option<(SocketAddr, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let t = ep.poll_transmit(now, 1, &mut buf)?;
+    Some((t.destination?, buf))
 }
 
 #[test]

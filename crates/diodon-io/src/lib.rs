@@ -20,7 +20,6 @@
 //!   batched send/receive on IPv4 and IPv6.
 //! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
 //!   per-interface statistics), snapshots and saturating deltas.
-//! - [`deltat_driver`]: Delta-t endpoint on a UDP socket, `DeltatListener`/`DeltatStream`.
 //! - [`tun`]: open a TUN device (IP packets in user space).
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
@@ -28,7 +27,6 @@
 pub mod child;
 pub mod clock;
 pub mod counters;
-pub mod deltat_driver;
 pub mod netns;
 pub mod route;
 pub mod tun;
@@ -37,6 +35,6 @@ pub mod udp;
 pub use clock::{unix_time_ms, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
-    BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBatch, SendReport,
-    SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBuffer,
+    SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
 };

@@ -1,5 +1,5 @@
 //! TUN devices: IP packets of a network interface, read and written by a user
-//! process. The impairment relay ([`crate::relay`]) joins two TUN devices in
+//! process. The impairment relay (`diodon-lab`'s `relay`) joins two TUN devices in
 //! two namespaces into an IP link with delay, loss and reordering, which is
 //! what this kernel's missing `sch_netem` would have done.
 //!

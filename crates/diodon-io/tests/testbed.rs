@@ -13,9 +13,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{receive_all, require_netns, send_all};
+use common::{receive_all, send_all};
 use diodon_io::netns;
 use diodon_io::{BatchReceiver, BatchSender, UdpConfig, UdpSnmp};
+use diodon_testkit::require_netns;
 
 const COUNT: u32 = 10_000;
 

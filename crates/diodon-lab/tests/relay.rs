@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use diodon_io::deltat_driver::{DeltatListener, DeltatStream};
+use diodon_apps::deltat::{DeltatListener, DeltatStream};
 use diodon_lab::relay::{run_udp, Direction, RelayStats};
 use diodon_sim::{Impairment, Seed, SeedReport};
 

@@ -29,10 +29,10 @@ pub mod sender;
 pub mod types;
 pub mod wire;
 
-pub use diodon_sansio::{Deadlines, TimerSlot, TimerTable, Timestamp, Transmit};
+pub use diodon_sansio::{Deadlines, IpVersion, TimerSlot, TimerTable, Timestamp, Transmit};
 pub use receiver::{
     Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
 };
 pub use sender::{SendError, Sender, SenderConfig, SenderEvent, SenderStats};
-pub use types::{ChannelId, ConfigError, IpVersion, Rate, RepairRatio, SessionId, SymbolSize};
+pub use types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

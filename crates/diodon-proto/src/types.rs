@@ -58,25 +58,6 @@ pub enum ConfigError {
     Inconsistent(&'static str),
 }
 
-/// IP version of the path, which fixes the IP + UDP header overhead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IpVersion {
-    /// 20-byte IP header + 8-byte UDP header.
-    V4,
-    /// 40-byte IP header + 8-byte UDP header.
-    V6,
-}
-
-impl IpVersion {
-    /// IP + UDP header bytes.
-    pub fn overhead(self) -> usize {
-        match self {
-            IpVersion::V4 => 28,
-            IpVersion::V6 => 48,
-        }
-    }
-}
-
 /// Shard length of full blocks, in bytes: even (the erasure code works on
 /// 16-bit words) and at most 65000. `SymbolSize::for_mtu` is defined in
 /// [`crate::wire`], which knows the header lengths (this module is a leaf).
@@ -192,6 +173,7 @@ impl RepairRatio {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use diodon_sansio::IpVersion;
 
     #[test]
     fn symbol_size_for_mtu_never_fragments() {

@@ -21,7 +21,8 @@
 //! All integers are big-endian. The tag covers every byte before it. After
 //! [`Packet::check_len`] succeeds no accessor panics.
 
-use crate::types::{ChannelId, ConfigError, IpVersion, SessionId, SymbolSize};
+use crate::types::{ChannelId, ConfigError, SessionId, SymbolSize};
+use diodon_sansio::IpVersion;
 use thiserror::Error;
 
 /// Protocol version carried in byte 0.

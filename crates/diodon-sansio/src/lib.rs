@@ -11,13 +11,15 @@
 //! ```
 //!
 //! Modules: [`time`] (the instant a driver passes in, timer slots, deadline
-//! queues) and [`transmit`] (what one transmit call wrote into the driver's
+//! queues), [`net`] (header overhead per IP version) and [`transmit`] (what one transmit call wrote into the driver's
 //! buffer). `diodon-io`'s clock produces [`Timestamp`]s, so the IO crate
 //! depends on this one and on no protocol.
 #![forbid(unsafe_code)]
 
+pub mod net;
 pub mod time;
 pub mod transmit;
 
+pub use net::IpVersion;
 pub use time::{Deadlines, TimerSlot, TimerTable, Timestamp, MAX_TIMER_SLOTS};
 pub use transmit::{Transmit, MAX_TRANSMIT_BYTES};

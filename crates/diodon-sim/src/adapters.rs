@@ -9,7 +9,7 @@
 //!             (no input: datagrams reaching it are ignored, a diode has no return path)
 //!   Receiver  handle_datagram(now, bytes) ◀─────── datagram (the source address is not used)
 //!             (never transmits)
-//!   Endpoint  poll_transmit(now) -> (to, bytes) ──▶ Transmit { Some(to), len, None }
+//!   Endpoint  poll_transmit(now, max, buf) ──────▶ Transmit { Some(to), size, segment_size } (the core's own)
 //!             handle_datagram(now, from, bytes) ◀── datagram
 //! ```
 
@@ -69,16 +69,13 @@ impl SimEndpoint for diodon_deltat::Endpoint {
         diodon_deltat::Endpoint::handle_timeout(self, now);
     }
 
-    /// One datagram (Delta-t does not batch).
-    fn poll_transmit(&mut self, now: Timestamp, _: usize, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let (to, datagram) = diodon_deltat::Endpoint::poll_transmit(self, now)?;
-        // The core hands over its own buffer: take it instead of copying.
-        *buf = datagram;
-        Some(Transmit {
-            destination: Some(to),
-            size: buf.len(),
-            segment_size: None,
-        })
+    fn poll_transmit(
+        &mut self,
+        now: Timestamp,
+        max_datagrams: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        diodon_deltat::Endpoint::poll_transmit(self, now, max_datagrams, buf)
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {

@@ -128,18 +128,9 @@ impl Link {
     pub fn symbol_size(&self, addr: SocketAddr) -> Result<SymbolSize> {
         Ok(SymbolSize::for_mtu(
             self.mtu,
-            ip_version(addr),
+            IpVersion::of(addr),
             self.integrity.tag_len(),
         )?)
-    }
-}
-
-/// The IP version whose headers a datagram to `addr` carries.
-pub fn ip_version(addr: SocketAddr) -> IpVersion {
-    if addr.is_ipv6() {
-        IpVersion::V6
-    } else {
-        IpVersion::V4
     }
 }
 

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Command::Send(args) => send::run(&args),
         Command::Recv(args) => recv::run(&args),
-        Command::Deltat(args) => deltat::run(&args).map_err(Fatal::io),
+        Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
     };

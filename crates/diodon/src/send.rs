@@ -7,7 +7,7 @@
 //! ```
 
 use crate::args::SendArgs;
-use crate::config::{ip_version, pick, FileConfig, Link};
+use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::progress;
 use crate::stop::stop_flag;
@@ -48,7 +48,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         repair: link.repair,
         interleave_depth: link.interleave,
         rate: link.rate,
-        per_datagram_overhead: ip_version(to).overhead(),
+        per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
         integrity: link.integrity.clone(),
         delta_t: link.delta_t,
         beacon_interval: link.beacon,

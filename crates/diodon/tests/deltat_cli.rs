@@ -2,7 +2,10 @@
 //! lab's impairment relay (`diodon-lab relay`, run in this process):
 //! a file through a lossy, delaying relay arrives identical with a verified
 //! verdict on both sides, over Delta-t and over TCP; the echo client gets its
-//! messages back.
+//! messages back; a receiver given a directory writes the sender's name into
+//! it; a receiver that cannot write refuses before any data flows, and one
+//! whose disk fills tells the sender at once (one sentence each, counters
+//! apart).
 
 use diodon_lab::relay::{self, Direction, Impairment, RelayStats, Seed};
 use std::net::{SocketAddr, UdpSocket};
@@ -179,4 +182,124 @@ fn echo_client_gets_its_messages_back() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("\"messages\":5"), "{stdout}");
+}
+
+/// Runs `deltat recv` with `out` and `deltat send` of `data`; returns both
+/// outputs (status, stdout, stderr) and how long the sender took.
+fn exchange(
+    out: &std::path::Path,
+    data: &[u8],
+) -> (std::process::Output, std::process::Output, Duration) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("report.bin");
+    std::fs::write(&input, data).expect("write input");
+    let listen = free_udp().to_string();
+    let out_s = out.to_str().expect("utf8").to_owned();
+    let recv = Command::new(BIN)
+        .args([
+            "deltat",
+            "recv",
+            "--listen",
+            &listen,
+            "--timeout",
+            "60",
+            "--out",
+            &out_s,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn recv");
+    let recv = Guard(Some(recv));
+    sleep(Duration::from_millis(300));
+    let clock = diodon_io::MonotonicClock::new();
+    let send = Command::new(BIN)
+        .args([
+            "deltat",
+            "send",
+            input.to_str().expect("utf8"),
+            "--to",
+            &listen,
+            "--timeout",
+            "60",
+        ])
+        .output()
+        .expect("run send");
+    let took = clock.elapsed_since(diodon_proto::Timestamp::ZERO);
+    let mut recv = recv;
+    let recv_out = recv
+        .0
+        .take()
+        .expect("child")
+        .wait_with_output()
+        .expect("wait recv");
+    (send, recv_out, took)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_directory_output_receives_the_senders_file_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = vec![7u8; 100_000];
+    let (send, recv, _) = exchange(dir.path(), &data);
+    assert!(
+        send.status.success(),
+        "{} {}",
+        text(&send.stdout),
+        text(&send.stderr)
+    );
+    assert!(recv.status.success(), "{}", text(&recv.stderr));
+    assert!(text(&recv.stdout).contains("\"verified\":true"));
+    assert_eq!(
+        std::fs::read(dir.path().join("report.bin")).expect("delivered"),
+        data
+    );
+}
+
+#[test]
+fn an_output_that_cannot_be_created_is_refused_before_any_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"x").expect("blocker");
+    // The parent of the output is a regular file: nothing can be created.
+    let (send, recv, took) = exchange(&blocker.join("out.bin"), &vec![1u8; 2_000_000]);
+    assert_eq!(send.status.code(), Some(1), "{}", text(&send.stderr));
+    assert_eq!(recv.status.code(), Some(1), "{}", text(&recv.stderr));
+    let err = text(&send.stderr);
+    assert!(err.contains("the receiver refused \"report.bin\""), "{err}");
+    assert!(err.contains("cannot create"), "{err}");
+    assert!(!err.contains("Stats {"), "no debug dump: {err}");
+    assert!(
+        took < Duration::from_secs(10),
+        "refused at once, took {took:?}"
+    );
+    // Not a byte of data crossed: the receiver saw only the header.
+    let rerr = text(&recv.stderr);
+    assert!(
+        rerr.contains("bytes_received 24,") || rerr.contains("bytes_received 24\n"),
+        "{rerr}"
+    );
+}
+
+#[test]
+fn a_receiver_whose_disk_fills_tells_the_sender_at_once() {
+    if !diodon_testkit::require_root("a_receiver_whose_disk_fills_tells_the_sender_at_once") {
+        return;
+    }
+    let fs = diodon_testkit::SmallFs::mount("1m");
+    let (send, recv, took) = exchange(fs.path(), &vec![3u8; 4_000_000]);
+    assert_eq!(send.status.code(), Some(1), "{}", text(&send.stderr));
+    assert_eq!(recv.status.code(), Some(1), "{}", text(&recv.stderr));
+    let err = text(&send.stderr);
+    assert!(err.contains("the receiver failed: cannot write"), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        took < Duration::from_secs(30),
+        "told at once, took {took:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(fs.path()).expect("list").collect();
+    assert!(left.is_empty(), "no partial file is left: {left:?}");
 }

@@ -65,7 +65,7 @@ fn a_source_faster_than_the_link_loses_only_what_is_counted() {
         if batch.is_empty() {
             quiet += 1;
         }
-        for d in &batch {
+        for d in batch {
             assert_eq!(d.data.len(), payload.len(), "boundaries kept");
             got += 1;
             quiet = 0;

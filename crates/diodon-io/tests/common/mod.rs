@@ -3,9 +3,7 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +90,7 @@ pub fn receive_all(
         if batch.is_empty() {
             break;
         }
-        for d in &batch {
+        for d in batch {
             let seq = verify(d.data) as usize;
             assert!(seq < seen.len(), "unexpected sequence {seq}");
             assert!(!seen[seq], "duplicate datagram {seq}");
@@ -133,48 +131,5 @@ pub fn transfer(
         retries: c.enobufs_retries + c.eagain_retries + c.async_error_retries,
         gro_packets: rx.counters().gro_packets,
         socket_drops: rx.socket_drops(),
-    }
-}
-
-/// Whether this test may use root and network namespaces. Prints why not and
-/// returns `false` (skip) — unless `CI=true`, where it panics instead: CI runs
-/// as root and must run these tests.
-pub fn require_netns(test: &str) -> bool {
-    let reason = match Command::new("id").arg("-u").output() {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == "0" => probe_netns(),
-        Ok(out) => Some(format!(
-            "needs root (id -u = {})",
-            String::from_utf8_lossy(&out.stdout).trim()
-        )),
-        Err(e) => Some(format!("cannot run `id -u`: {e}")),
-    };
-    let Some(reason) = reason else { return true };
-    assert!(
-        !std::env::var("CI").is_ok_and(|v| v == "true"),
-        "{test}: {reason}; CI=true, so this test must run, not skip"
-    );
-    // Straight to the stderr handle: the test harness captures `eprintln!`
-    // of passing tests, and a skip must be visible.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED {test}: {reason} (run as root with `ip netns` to run it)"
-    );
-    false
-}
-
-fn probe_netns() -> Option<String> {
-    static PROBES: AtomicU64 = AtomicU64::new(0);
-    let n = PROBES.fetch_add(1, Ordering::Relaxed);
-    let name = format!("diodon-probe-{}-{n}", std::process::id());
-    match Command::new("ip").args(["netns", "add", &name]).output() {
-        Ok(out) if out.status.success() => {
-            let _ = Command::new("ip").args(["netns", "del", &name]).status();
-            None
-        }
-        Ok(out) => Some(format!(
-            "`ip netns add` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(e) => Some(format!("cannot run `ip`: {e}")),
     }
 }

@@ -1,23 +1,25 @@
-//! Delta-t over a real UDP socket: one socket, one driver thread running the
-//! sans-IO [`diodon_deltat::Endpoint`], and a socket-like API on top
-//! ([`DeltatListener`], [`DeltatStream`] implementing [`Read`]/[`Write`]).
+//! Delta-t over a real UDP socket: one socket (both halves from
+//! [`diodon_io::open_duplex`]: `sendmmsg` sends, `recvmmsg` + GRO receives), one
+//! driver thread running the sans-IO [`diodon_deltat::Endpoint`], and a
+//! socket-like API on top ([`DeltatListener`], [`DeltatStream`]
+//! implementing [`Read`]/[`Write`]).
 //!
 //! ```text
-//!   app threads                        driver thread                 kernel
-//!   ───────────                        ─────────────                 ──────
-//!   DeltatStream::write ─┐            ┌─ recv_from(timeout = poll_timeout, ≤ 10 ms)
-//!   DeltatStream::read  ─┼─ Mutex<Endpoint> ─┤  handle_datagram / handle_timeout
-//!   DeltatListener::accept┘  + Condvar │  poll_transmit ─▶ send_to ───▶ UDP
-//!        ▲  woken on every event ──────┘  poll_event ─▶ notify_all
+//!   app threads                         driver thread                      kernel
+//!   ───────────                         ─────────────                      ──────
+//!   DeltatStream::write ─┐             ┌─ BatchReceiver::recv_batch(≤ next timer, ≤ 10 ms)
+//!   DeltatStream::read  ─┼─ Mutex<Inner>┤  handle_datagram (in place) / handle_timeout
+//!   DeltatListener::accept┘ + Condvar   │  poll_transmit(now, 64, buf) ─▶ BatchSender::send ─▶ UDP
+//!                                        │                                  (sendmmsg)
+//!        ▲  woken on every event ───────┘  poll_event ─▶ notify_all
 //! ```
 //!
-//! App calls flush `poll_transmit` themselves right after changing the state,
-//! so new data leaves at once; the driver thread wakes at least every
-//! [`MAX_IDLE`] so a timer armed by an app call is never late by more than that.
-//! When the kernel refuses a datagram because a device queue is full
-//! (`ENOBUFS`), the driver holds it and sends it first once the queue has
-//! drained (retrying every 100 µs) instead of dropping it: a sender's own
-//! burst must not turn into loss, or acks into silence.
+//! App calls flush `poll_transmit` themselves right after changing the
+//! state, so new data leaves at once; the driver thread wakes at least every
+//! [`MAX_IDLE`] so a timer armed by an app call is never late by more than
+//! that. A full device queue (`ENOBUFS`, visible because the socket has
+//! `IP_RECVERR`) is waited out by [`diodon_io::BatchSender`], never turned
+//! into a drop: a sender's own burst must not become loss, or acks silence.
 //!
 //! Delta-t has no FIN: [`Write::flush`] blocks until every written byte is
 //! **acknowledged** (or fails with the connection's error), and applications
@@ -26,7 +28,7 @@
 //! nothing is truncated silently.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -35,9 +37,11 @@ use std::time::Duration;
 use diodon_deltat::{
     Config, ConnHandle, ConnectionError, Endpoint, Error as DtError, NakCode, Stats, WallClock,
 };
+use diodon_io::{
+    open_duplex, unix_time_ms, BatchReceiver, BatchSender, MonotonicClock, ReceiverCounters,
+    SenderCounters, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+};
 use diodon_sansio::Timestamp;
-
-use crate::clock::{unix_time_ms, MonotonicClock};
 
 /// Longest the driver thread sleeps without looking at the timers.
 pub const MAX_IDLE: Duration = Duration::from_millis(10);
@@ -48,28 +52,39 @@ pub const DEFAULT_PORT: u16 = 1;
 
 const MS_PER_DAY: u64 = 86_400_000;
 
-/// Socket buffer size asked for (the kernel may clamp it).
+/// Socket buffer size asked for (forced when privileged, else capped by the
+/// sysctl limits; a smaller buffer costs throughput, never data).
 const SOCKET_BUFFER: usize = 4 << 20;
 
-/// How soon the driver retries a segment the kernel's queue refused.
-const HELD_RETRY: Duration = Duration::from_micros(100);
+/// The socket's counters as the driver sees them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketCounters {
+    /// The sending half (GSO calls, full-queue retries, error queue).
+    pub sent: SenderCounters,
+    /// The receiving half (datagrams, GRO packets, kernel drops).
+    pub received: ReceiverCounters,
+    /// Datagrams the kernel refused for a reason that belongs to the path
+    /// (an ICMP error reported on the send, `EMSGSIZE`): not sent, left to
+    /// the core's retransmission.
+    pub refused: u64,
+}
 
 struct Inner {
     ep: Endpoint,
+    tx: BatchSender,
+    /// The transmit buffer the core writes into (reused).
+    buf: Vec<u8>,
     /// A fatal socket error seen by the driver; every call returns it.
     io_error: Option<(io::ErrorKind, String)>,
-    /// A segment the kernel refused to queue (`ENOBUFS`, `EAGAIN`: the
-    /// device queue is full). Held and sent first when the queue drains:
-    /// backpressure, not loss (nothing is dropped inside our pipeline).
-    held: Option<(SocketAddr, Vec<u8>)>,
-    /// Times a send was refused and held for a retry.
-    send_retries: u64,
+    /// The receiving half's counters, as of the driver's last batch.
+    received: ReceiverCounters,
+    refused: u64,
 }
 
 struct Shared {
     inner: Mutex<Inner>,
     cond: Condvar,
-    socket: UdpSocket,
+    local: SocketAddr,
     clock: MonotonicClock,
     stop: AtomicBool,
 }
@@ -82,34 +97,37 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Sends everything the endpoint has queued, the held segment first;
-    /// stops (holding the segment) when the kernel's queue is full.
+    /// Sends everything the endpoint has queued, one GSO batch per call.
     fn flush_out(&self, inner: &mut Inner) {
         let now = self.clock.now();
-        while let Some((to, bytes)) = inner.held.take().or_else(|| inner.ep.poll_transmit(now)) {
-            if let Err(e) = self.socket.send_to(&bytes, to) {
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) || e.raw_os_error() == Some(libc::ENOBUFS)
-                {
-                    inner.send_retries += 1;
-                    inner.held = Some((to, bytes));
-                    break;
-                } else if is_transient(&e) {
-                    // An ICMP error reported on this send; the datagram may
-                    // not have left: the core's retransmission covers it.
-                    drain_error_queue(&self.socket);
-                } else {
-                    inner.io_error = Some((e.kind(), format!("send_to {to}: {e}")));
+        let Inner {
+            ep,
+            tx,
+            buf,
+            io_error,
+            refused,
+            ..
+        } = inner;
+        while io_error.is_none() {
+            let Some(t) = ep.poll_transmit(now, MAX_GSO_SEGMENTS, buf) else {
+                break;
+            };
+            let Some(dest) = t.destination else { continue };
+            match tx.send(dest, &buf[..t.size], t.segment_len()) {
+                Ok(_) => {}
+                Err(UdpError::Send { sent, source, .. }) if is_path_error(&source) => {
+                    // The peer or the path is in trouble; the core's timers
+                    // retransmit what did not leave.
+                    *refused += (t.datagram_count() as u64).saturating_sub(sent);
                 }
+                Err(e) => *io_error = Some((io::ErrorKind::Other, e.to_string())),
             }
         }
         let mut any = false;
-        while inner.ep.poll_event().is_some() {
+        while ep.poll_event().is_some() {
             any = true;
         }
-        if any {
+        if any || io_error.is_some() {
             self.cond.notify_all();
         }
     }
@@ -133,26 +151,37 @@ impl Driver {
         let wall = WallClock::at_origin((unix_time_ms() % MS_PER_DAY) as u32);
         let ep = Endpoint::new(config, wall)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let socket = UdpSocket::bind(bind)?;
-        set_socket_buffers(&socket, SOCKET_BUFFER);
-        set_recverr(&socket, bind.is_ipv6());
-        socket.set_read_timeout(Some(MAX_IDLE))?;
+        let mut cfg = UdpConfig::new(bind);
+        cfg.rcvbuf = Some(SOCKET_BUFFER);
+        cfg.sndbuf = Some(SOCKET_BUFFER);
+        // sendmmsg, not GSO: a qdisc that splits a GSO super-packet (tbf)
+        // may drop some of its segments and still report success, and a
+        // drop Delta-t did not cause is a retransmission it did not need.
+        // With sendmmsg every datagram is queued on its own and a full
+        // queue is reported (ENOBUFS) and waited out.
+        cfg.gso = false;
+        let (tx, rx) = open_duplex(&cfg).map_err(udp_error)?;
+        for w in &tx.setup().warnings {
+            tracing::debug!("delta-t socket: {w}");
+        }
         let shared = Arc::new(Shared {
+            local: tx.local_addr(),
             inner: Mutex::new(Inner {
                 ep,
+                tx,
+                buf: Vec::new(),
                 io_error: None,
-                held: None,
-                send_retries: 0,
+                received: ReceiverCounters::default(),
+                refused: 0,
             }),
             cond: Condvar::new(),
-            socket,
             clock,
             stop: AtomicBool::new(false),
         });
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("deltat-driver".into())
-            .spawn(move || run(&s))?;
+            .spawn(move || run(&s, rx))?;
         Ok(Arc::new(Driver {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -174,80 +203,24 @@ impl Drop for Driver {
     }
 }
 
-/// Asks for `bytes` of send and receive buffer (forced when privileged);
-/// best effort: a smaller buffer only costs throughput, never data.
-#[expect(unsafe_code, reason = "setsockopt(2) has no safe std wrapper")]
-fn set_socket_buffers(socket: &UdpSocket, bytes: usize) {
-    use std::os::fd::AsRawFd;
-    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    for (force, plain) in [
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-    ] {
-        for name in [force, plain] {
-            // SAFETY: the pointer and length describe `value`, live for the call.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    name,
-                    (&raw const value).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
-        }
-    }
-}
-
-/// Turns on `IP_RECVERR`/`IPV6_RECVERR`: without it the kernel swallows
-/// `ENOBUFS` from a full device queue (counting `SndbufErrors`) and the
-/// datagram is gone; with it `send_to` reports the error and the driver
-/// holds the datagram. ICMP errors then arrive too: [`is_transient`] errors
-/// are not fatal, and [`drain_error_queue`] empties the queue they fill.
-#[expect(unsafe_code, reason = "setsockopt(2) has no safe std wrapper")]
-fn set_recverr(socket: &UdpSocket, v6: bool) {
-    use std::os::fd::AsRawFd;
-    let (level, name) = if v6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_RECVERR)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_RECVERR)
+fn udp_error(e: UdpError) -> io::Error {
+    let kind = match &e {
+        UdpError::Bind { source, .. } => source.kind(),
+        UdpError::Config(_) => io::ErrorKind::InvalidInput,
+        _ => io::ErrorKind::Other,
     };
-    let on: libc::c_int = 1;
-    // SAFETY: the pointer and length describe `on`, live for the call.
-    let _ = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&raw const on).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    io::Error::new(kind, e)
 }
 
-/// Empties the socket error queue (ICMP errors reported by `IP_RECVERR`):
-/// its entries are charged to the receive buffer.
-fn drain_error_queue(socket: &UdpSocket) {
-    use std::os::fd::AsRawFd;
-    while crate::udp::read_error_queue_entry(socket.as_raw_fd()).is_some() {}
-}
-
-/// Errors a UDP socket reports for one datagram or from an ICMP message
-/// (peer gone, route or MTU trouble): the core's timers deal with them.
-fn is_transient(e: &io::Error) -> bool {
+/// A send the kernel refused because of the path, not the socket: an ICMP
+/// error reported on it (peer gone, unreachable) or a datagram larger than
+/// the path MTU. The core's retransmission deals with it.
+fn is_path_error(e: &io::Error) -> bool {
     matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock
-            | io::ErrorKind::TimedOut
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::ConnectionRefused
-    ) || matches!(
         e.raw_os_error(),
         Some(
-            libc::EHOSTUNREACH
+            libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
                 | libc::ENETUNREACH
                 | libc::EHOSTDOWN
                 | libc::ENETDOWN
@@ -261,50 +234,37 @@ fn is_transient(e: &io::Error) -> bool {
 }
 
 /// The driver loop: receive (bounded by the next timer), run timers, transmit.
-fn run(s: &Shared) {
-    let mut buf = vec![0u8; 65_536];
-    let mut last_timeout: Option<Duration> = Some(MAX_IDLE);
+fn run(s: &Shared, mut rx: BatchReceiver) {
+    let mut wait = MAX_IDLE;
     while !s.stop.load(Ordering::SeqCst) {
-        let got = s.socket.recv_from(&mut buf);
+        let got = rx.recv_batch(Some(wait));
         let mut g = s.lock();
         match got {
-            Ok((n, from)) => {
+            Ok(batch) if !batch.is_empty() => {
                 let now = s.clock.now();
-                g.ep.handle_datagram(now, from, &buf[..n]);
-                // Drain whatever else is already queued without blocking.
-                let _ = s.socket.set_nonblocking(true);
-                while let Ok((n, from)) = s.socket.recv_from(&mut buf) {
-                    g.ep.handle_datagram(s.clock.now(), from, &buf[..n]);
+                for d in batch {
+                    g.ep.handle_datagram(now, d.src, d.data);
                 }
-                let _ = s.socket.set_nonblocking(false);
-                last_timeout = None;
                 s.cond.notify_all();
             }
-            Err(e) if is_transient(&e) => drain_error_queue(&s.socket),
+            Ok(_) => {}
             Err(e) => {
-                g.io_error = Some((e.kind(), format!("recv_from: {e}")));
+                g.io_error = Some((io::ErrorKind::Other, e.to_string()));
                 s.cond.notify_all();
+                return;
             }
         }
+        g.received = rx.counters();
         let now = s.clock.now();
         if g.ep.poll_timeout().is_some_and(|t| t <= now) {
             g.ep.handle_timeout(now);
             s.cond.notify_all();
         }
         s.flush_out(&mut g);
-        let mut wait = g.ep.poll_timeout().map_or(MAX_IDLE, |t| {
+        wait = g.ep.poll_timeout().map_or(MAX_IDLE, |t| {
             t.saturating_duration_since(s.clock.now())
                 .clamp(Duration::from_micros(100), MAX_IDLE)
         });
-        if g.held.is_some() {
-            // The device queue drains within microseconds: retry soon.
-            wait = HELD_RETRY;
-        }
-        drop(g);
-        if last_timeout != Some(wait) {
-            let _ = s.socket.set_read_timeout(Some(wait));
-            last_timeout = Some(wait);
-        }
     }
 }
 
@@ -358,7 +318,7 @@ impl DeltatListener {
 
     /// The bound UDP address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.driver.shared.socket.local_addr()
+        Ok(self.driver.shared.local)
     }
 
     /// The listened Delta-t port.
@@ -475,7 +435,7 @@ impl DeltatStream {
 
     /// The local UDP address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.driver.shared.socket.local_addr()
+        Ok(self.driver.shared.local)
     }
 
     /// Ends writing (no FIN exists: the peer learns nothing).
@@ -503,10 +463,21 @@ impl DeltatStream {
         self.driver.shared.lock().ep.stats().clone()
     }
 
-    /// Times the kernel's queue refused a segment, which was then held and
-    /// sent again once it drained (never dropped).
+    /// Times the kernel's queue was full and a send was retried once it
+    /// drained (never dropped).
     pub fn send_retries(&self) -> u64 {
-        self.driver.shared.lock().send_retries
+        let c = self.driver.shared.lock().tx.counters();
+        c.enobufs_retries + c.eagain_retries
+    }
+
+    /// The socket's counters (shared by every connection of this socket).
+    pub fn socket_counters(&self) -> SocketCounters {
+        let g = self.driver.shared.lock();
+        SocketCounters {
+            sent: g.tx.counters(),
+            received: g.received,
+            refused: g.refused,
+        }
     }
 
     /// Blocks on the driver's condition until `f` yields a value, the

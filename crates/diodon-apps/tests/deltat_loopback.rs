@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
 
+use diodon_apps::deltat::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_deltat::Config;
-use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
 
 fn any() -> SocketAddr {
     "127.0.0.1:0".parse().expect("addr")

@@ -1,56 +1,23 @@
 //! A Delta-t sender's own burst into a full device queue is held and sent
 //! once the queue drains, not lost: in a fresh network namespace, loopback
 //! gets a `tbf` qdisc (20 Mbit/s, 30 kB queue) so slow start overflows it;
-//! `send_to` then reports `ENOBUFS` (the driver sets `IP_RECVERR`), the driver
-//! holds the datagram, and the transfer completes without a single
-//! retransmission. Without the hold the kernel would drop the datagrams
-//! silently (`SndbufErrors`) and the core would have to retransmit them.
+//! the send then reports `ENOBUFS` (the socket has `IP_RECVERR`), the
+//! socket layer waits for the queue to drain and sends again, and the
+//! transfer completes without a single retransmission. Without the wait
+//! the kernel would drop the datagrams silently (`SndbufErrors`) and the
+//! core would have to retransmit them.
 //! Needs root and `ip netns`; skips with a message otherwise, fails instead
 //! when `CI=true`.
 
-mod common;
-
 use std::io::{Read, Write};
-use std::process::Command;
 use std::time::Duration;
 
-use common::require_netns;
+use diodon_apps::deltat::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_deltat::Config;
-use diodon_io::deltat_driver::{DeltatListener, DeltatStream, DEFAULT_PORT};
 use diodon_io::netns;
+use diodon_testkit::{require_netns, run, Namespace};
 
 const TOTAL: usize = 3_000_000;
-
-/// A namespace deleted when dropped, even if the test panics.
-struct Namespace(String);
-
-impl Namespace {
-    fn new(name: &str) -> Namespace {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
-        run(&["ip", "netns", "add", name]);
-        let ns = Namespace(name.to_owned());
-        run(&["ip", "-n", name, "link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("run command");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn a_full_device_queue_holds_datagrams_instead_of_dropping_them() {
@@ -60,12 +27,25 @@ fn a_full_device_queue_holds_datagrams_instead_of_dropping_them() {
     let name = format!("dtq-{}", std::process::id());
     let ns = Namespace::new(&name);
     run(&[
-        "tc", "-n", &ns.0, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "20mbit", "burst",
-        "15k", "limit", "30k",
+        "tc",
+        "-n",
+        ns.name(),
+        "qdisc",
+        "add",
+        "dev",
+        "lo",
+        "root",
+        "tbf",
+        "rate",
+        "20mbit",
+        "burst",
+        "15k",
+        "limit",
+        "30k",
     ]);
     let data: Vec<u8> = (0..TOTAL).map(|i| (i * 7 % 251) as u8).collect();
     let expected = data.clone();
-    let handle = netns::spawn_in(&ns.0, move || {
+    let handle = netns::spawn_in(ns.name(), move || {
         let listener = DeltatListener::bind_with(
             "127.0.0.1:0".parse().expect("addr"),
             DEFAULT_PORT,

@@ -1,0 +1,159 @@
+//! Test support shared by Diodon's crates (a dev-dependency only; no
+//! product code links it): the one policy for tests that need root and
+//! network namespaces ([`require_netns`]: skip with a visible message, or
+//! fail under `CI=true`; [`require_root`] likewise), [`Namespace`], a
+//! namespace that is deleted when the test ends, even by a panic, and
+//! [`SmallFs`], a small tmpfs to fill a disk on purpose.
+
+use std::io::Write;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether `CI=true` is set: tests that could skip must run.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether this test may use root and network namespaces. Prints why not and
+/// returns `false` (skip) — unless `CI=true`, where it panics instead: CI runs
+/// as root and must run these tests.
+pub fn require_netns(test: &str) -> bool {
+    let reason = match Command::new("id").arg("-u").output() {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == "0" => probe_netns(),
+        Ok(out) => Some(format!(
+            "needs root (id -u = {})",
+            String::from_utf8_lossy(&out.stdout).trim()
+        )),
+        Err(e) => Some(format!("cannot run `id -u`: {e}")),
+    };
+    let Some(reason) = reason else { return true };
+    assert!(
+        !ci(),
+        "{test}: {reason}; CI=true, so this test must run, not skip"
+    );
+    // Straight to the stderr handle: the test harness captures `eprintln!`
+    // of passing tests, and a skip must be visible.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {reason} (run as root with `ip netns` to run it)"
+    );
+    false
+}
+
+/// Whether this test may act as root (mount filesystems, force buffers).
+/// Same policy as [`require_netns`]: skip visibly, or fail under `CI=true`.
+pub fn require_root(test: &str) -> bool {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if uid.as_deref().is_ok_and(|u| u == "0") {
+        return true;
+    }
+    assert!(
+        !ci(),
+        "{test}: needs root; CI=true, so this test must run, not skip"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: needs root (run as root to run it)"
+    );
+    false
+}
+
+/// A tmpfs of `size` (e.g. `"1m"`) mounted on a fresh temporary directory,
+/// unmounted and removed when dropped (even if the test panics).
+#[derive(Debug)]
+pub struct SmallFs {
+    dir: std::path::PathBuf,
+}
+
+impl SmallFs {
+    /// Mounts the filesystem; needs root.
+    pub fn mount(size: &str) -> SmallFs {
+        static MOUNTS: AtomicU64 = AtomicU64::new(0);
+        let n = MOUNTS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("diodon-smallfs-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let path = dir.to_str().expect("temporary paths are UTF-8");
+        run(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size}"),
+            "tmpfs",
+            path,
+        ]);
+        SmallFs { dir }
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn probe_netns() -> Option<String> {
+    static PROBES: AtomicU64 = AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, Ordering::Relaxed);
+    let name = format!("diodon-probe-{}-{n}", std::process::id());
+    match Command::new("ip").args(["netns", "add", &name]).output() {
+        Ok(out) if out.status.success() => {
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+            None
+        }
+        Ok(out) => Some(format!(
+            "`ip netns add` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!("cannot run `ip`: {e}")),
+    }
+}
+
+/// A network namespace with loopback up, deleted when dropped (even if the
+/// test panics).
+#[derive(Debug)]
+pub struct Namespace(String);
+
+impl Namespace {
+    /// Creates `name` (deleting a leftover of that name first).
+    pub fn new(name: &str) -> Namespace {
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        run(&["ip", "netns", "add", name]);
+        let ns = Namespace(name.to_owned());
+        run(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Runs a command; panics with its stderr if it fails.
+pub fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
