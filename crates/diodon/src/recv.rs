@@ -33,7 +33,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             path: path.clone(),
             files: FileSinkOptions {
                 fsync: s.fsync,
-                ..FileSinkOptions::default()
+                quarantine: s.quarantine,
             },
         },
         (None, true, None, None) => RecvOutput::Stdout,
