@@ -3,18 +3,26 @@
 //! fsyncs, waits for the core's verdict, and only then renames it into place.
 //!
 //! ```text
+//!  Opened ─► path fits PATH_MAX? announced size fits the free space? (else refused, nothing written)
 //!  OUT/.diodon-staging/<random>.part ── Complete (digest verified) ──► fsync, chmod, mtime
 //!        │                                                             rename ─► OUT/<name>
 //!        │                                                             fsync(dir)
-//!        └── Failed / Refused / IO error ──► OUT/.diodon-quarantine/<name>.<ts>
+//!        ├── disk full (ENOSPC, EDQUOT) ──► partial removed at once, the failure logged
+//!        └── Failed / Refused / IO error ──► quarantine (bounded, see quarantine.rs):
+//!                                            OUT/.diodon-quarantine/<name>.<ts>  (bytes, within quota)
 //!                                            OUT/.diodon-quarantine/<name>.<ts>.reason
 //! ```
 //!
 //! A crash leaves at most a staging file (removed at the next start), never
-//! a partial file under its final name. Parent directories are created one
-//! component at a time and an existing symlink is never followed.
+//! a partial file under its final name; a failure removes or quarantines its
+//! staging file when it happens. Parent directories are created one
+//! component at a time and an existing symlink is never followed. A file
+//! that fails for lack of room frees its space (its bytes are never kept),
+//! so the next file that fits is delivered.
 
-use crate::names::{escape, sanitize, SafePath};
+use crate::names::{escape, fits_under, sanitize, SafePath};
+use crate::quarantine::{Evicted, Item, Placed, Quarantine, Record};
+pub use crate::quarantine::{QuarantineBytes, QuarantineLimits, QUARANTINE};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::send::{Closed, SourceHandle, CHUNK};
 use crate::sink_error::{FileOp, Refusal, SinkFailure};
@@ -24,12 +32,15 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Staging directory under the output directory.
 pub const STAGING: &str = ".diodon-staging";
-/// Quarantine directory under the output directory.
-pub const QUARANTINE: &str = ".diodon-quarantine";
+/// Bytes always left free on the output filesystem: a file whose announced
+/// size would eat into them is refused before its first byte.
+pub const SPACE_RESERVE: u64 = 1 << 20;
 
 /// A file to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,6 +234,87 @@ pub enum OutDirError {
     NotDir(PathBuf),
 }
 
+/// How the file sink writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSinkOptions {
+    /// fsync each file before the rename (and its directory after).
+    pub fsync: bool,
+    /// Bounds of the quarantine folder.
+    pub quarantine: QuarantineLimits,
+}
+
+impl Default for FileSinkOptions {
+    fn default() -> Self {
+        FileSinkOptions {
+            fsync: true,
+            quarantine: QuarantineLimits::default(),
+        }
+    }
+}
+
+diodon_counters::counters! {
+    /// What the file sink counted (a snapshot of [`FileSinkStats`]).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct FileSinkCounters in Diodon "file_sink" {
+        no_space: counter Count "no_space" "Files refused before their first byte, or failed while written, because the output filesystem had no room for them (each also logged).",
+        freed: counter Bytes "freed" "Partial bytes of failed files removed instead of kept in the quarantine (no room on the output filesystem, or over the quarantine's byte limit).",
+        quarantine_evictions: counter Count "quarantine_evictions" "Quarantine entries (a record and any partial bytes) removed, oldest first, to keep the quarantine within its byte and entry limits.",
+        quarantine_evicted: counter Bytes "quarantine_evicted" "Bytes removed from the quarantine by those evictions.",
+        reason_errors: counter Count "reason_write_errors" "Quarantine records (.reason files) that could not be written (each logged).",
+        quarantine_entries: gauge Count "quarantine_entries" "Entries in the quarantine now.",
+        quarantine_bytes: gauge Bytes "quarantine" "Bytes in the quarantine now (partial data and records).",
+    }
+}
+
+/// Live counters of the file sink, shared with the summary and metrics
+/// threads; [`FileSinkStats::snapshot`] reads them as declared counters.
+#[derive(Debug, Default)]
+pub struct FileSinkStats {
+    /// See [`FileSinkCounters::no_space`].
+    pub no_space: AtomicU64,
+    /// See [`FileSinkCounters::freed`].
+    pub freed: AtomicU64,
+    /// See [`FileSinkCounters::quarantine_evictions`].
+    pub quarantine_evictions: AtomicU64,
+    /// See [`FileSinkCounters::quarantine_evicted`].
+    pub quarantine_evicted: AtomicU64,
+    /// See [`FileSinkCounters::reason_errors`].
+    pub reason_errors: AtomicU64,
+    /// See [`FileSinkCounters::quarantine_entries`].
+    pub quarantine_entries: AtomicU64,
+    /// See [`FileSinkCounters::quarantine_bytes`].
+    pub quarantine_bytes: AtomicU64,
+}
+
+impl FileSinkStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> FileSinkCounters {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FileSinkCounters {
+            no_space: get(&self.no_space),
+            freed: get(&self.freed),
+            quarantine_evictions: get(&self.quarantine_evictions),
+            quarantine_evicted: get(&self.quarantine_evicted),
+            reason_errors: get(&self.reason_errors),
+            quarantine_entries: get(&self.quarantine_entries),
+            quarantine_bytes: get(&self.quarantine_bytes),
+        }
+    }
+
+    fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts evictions and sets the quarantine's levels.
+    fn quarantine(&self, q: &Quarantine, evicted: Evicted) {
+        Self::add(&self.quarantine_evictions, evicted.entries);
+        Self::add(&self.quarantine_evicted, evicted.bytes);
+        self.quarantine_entries
+            .store(q.entries(), Ordering::Relaxed);
+        self.quarantine_bytes.store(q.bytes(), Ordering::Relaxed);
+    }
+}
+
 struct Staged {
     name: String,
     rel: Option<SafePath>,
@@ -231,6 +323,8 @@ struct Staged {
     file: Option<File>,
     written: u64,
     error: Option<SinkFailure>,
+    /// Failed for lack of room: its bytes were removed and are never kept.
+    no_space: bool,
 }
 
 /// Writes channels as files under an output directory (see module doc).
@@ -238,10 +332,11 @@ struct Staged {
 pub struct FileSink {
     out: PathBuf,
     staging: PathBuf,
-    quarantine: PathBuf,
+    quarantine: Quarantine,
     open: HashMap<ChannelKey, Staged>,
     known: HashMap<ChannelKey, String>,
     fsync: bool,
+    stats: Arc<FileSinkStats>,
 }
 
 impl std::fmt::Debug for Staged {
@@ -255,8 +350,13 @@ impl std::fmt::Debug for Staged {
 
 impl FileSink {
     /// Prepares `out` (created if missing), its staging and quarantine
-    /// directories, and removes staging files a crash left behind.
-    pub fn new(out: &Path, fsync: bool) -> Result<Self, OutDirError> {
+    /// directories, removes staging files a crash left behind and brings
+    /// the quarantine within its bounds. `stats` is where it counts.
+    pub fn new(
+        out: &Path,
+        opts: &FileSinkOptions,
+        stats: Arc<FileSinkStats>,
+    ) -> Result<Self, OutDirError> {
         let io_err = |path: &Path| {
             let path = path.to_owned();
             move |source| OutDirError::Io { path, source }
@@ -293,14 +393,53 @@ impl FileSink {
                 "removed unverified staging files left by an earlier run"
             );
         }
+        let fs_total = diodon_io::fs::space(out).ok().map(|s| s.total);
+        let max_bytes = opts.quarantine.max_bytes.resolve(fs_total);
+        let (quarantine, evicted) =
+            Quarantine::open(quarantine, max_bytes, opts.quarantine.max_entries)
+                .map_err(io_err(&out.join(QUARANTINE)))?;
+        stats.quarantine(&quarantine, evicted);
+        tracing::info!(
+            max_bytes,
+            max_entries = opts.quarantine.max_entries,
+            entries = quarantine.entries(),
+            bytes = quarantine.bytes(),
+            evicted = evicted.entries,
+            "quarantine bounds"
+        );
         Ok(FileSink {
             out: out.to_owned(),
             staging,
             quarantine,
             open: HashMap::new(),
             known: HashMap::new(),
-            fsync,
+            fsync: opts.fsync,
+            stats,
         })
+    }
+
+    /// Whether `size` more bytes fit on the output filesystem beside what
+    /// the files being written still announce and [`SPACE_RESERVE`]. An
+    /// unreadable filesystem size lets the writes decide.
+    fn check_room(&self, size: u64) -> Result<(), SinkFailure> {
+        let Ok(space) = diodon_io::fs::space(&self.staging) else {
+            return Ok(());
+        };
+        let pending: u64 = self
+            .open
+            .values()
+            .filter(|s| s.error.is_none())
+            .filter_map(|s| s.meta.size.map(|n| n.saturating_sub(s.written)))
+            .sum();
+        if size.saturating_add(pending).saturating_add(SPACE_RESERVE) > space.available {
+            return Err(SinkFailure::WontFit {
+                size,
+                available: space.available,
+                pending,
+                reserve: SPACE_RESERVE,
+            });
+        }
+        Ok(())
     }
 
     fn start(
@@ -321,26 +460,44 @@ impl FileSink {
             file: None,
             written: 0,
             error: refused,
+            no_space: false,
         };
         let result = if staged.error.is_none() {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&staged.tmp)
-                .map(|f| staged.file = Some(f))
-                .map_err(SinkFailure::file(FileOp::CreateStaging))
+            self.prepare(&mut staged)
         } else {
             Ok(())
         };
         self.known.insert(key, staged.name.clone());
         if let Err(why) = result {
+            if why.is_no_space() {
+                out_of_room(&self.stats, key, &mut staged, &why);
+            }
             staged.error = Some(why.clone());
             self.open.insert(key, staged);
             return Err(SinkError { key, why });
         }
         self.open.insert(key, staged);
+        Ok(())
+    }
+
+    /// Decides before the first byte whether the file can be placed (its
+    /// path fits `PATH_MAX`, its announced size fits the free space), then
+    /// creates its staging file.
+    fn prepare(&self, st: &mut Staged) -> Result<(), SinkFailure> {
+        if let Some(rel) = &st.rel {
+            fits_under(&self.out, rel).map_err(SinkFailure::Name)?;
+        }
+        if let Some(size) = st.meta.size {
+            self.check_room(size)?;
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&st.tmp)
+            .map_err(SinkFailure::file(FileOp::CreateStaging))?;
+        st.file = Some(f);
         Ok(())
     }
 
@@ -368,6 +525,9 @@ impl FileSink {
                 Ok(())
             }
             Err(why) => {
+                if why.is_no_space() {
+                    out_of_room(&self.stats, key, st, &why);
+                }
                 st.error = Some(why.clone());
                 Err(SinkError { key, why })
             }
@@ -403,7 +563,12 @@ impl FileSink {
                     blake3: hex::encode(digest),
                 },
             },
-            Err(why) => self.quarantine(key, st, &why.to_string()),
+            Err(why) => {
+                if why.is_no_space() && !st.no_space {
+                    out_of_room(&self.stats, key, &mut st, &why);
+                }
+                self.quarantine(key, st, &why.to_string())
+            }
         })
     }
 
@@ -439,36 +604,45 @@ impl FileSink {
         Ok(dest)
     }
 
+    /// Hands a failed file to the quarantine (its record, and its bytes
+    /// within the quota unless it failed for lack of room) and counts what
+    /// that did.
     fn quarantine(&mut self, key: ChannelKey, st: Staged, why: &str) -> ChannelOutcome {
         drop(st.file);
-        let ts = diodon_io::unix_time_ms();
-        let base = format!(
-            "{}.{ts}",
-            st.rel
-                .as_ref()
-                .map_or_else(|| escape(&st.name), SafePath::flat)
-        );
-        let dest = self.quarantine.join(&base);
-        let location = if fs::rename(&st.tmp, &dest).is_ok() {
-            dest.display().to_string()
-        } else {
-            "(no data)".to_owned()
-        };
-        let reason = format!(
-            "name: {}\nsession: {}\nchannel: {}\nbytes received: {}\nsize announced: {:?}\nreason: {why}\n",
-            escape(&st.name),
-            key.session,
-            key.channel,
-            st.written,
-            st.meta.size
-        );
-        let _ = fs::write(self.quarantine.join(format!("{base}.reason")), reason);
+        let stem = st
+            .rel
+            .as_ref()
+            .map_or_else(|| escape(&st.name), SafePath::flat);
+        let Placed {
+            fate,
+            freed,
+            reason,
+            evicted,
+        } = self.quarantine.put(&Item {
+            record: Record {
+                name: &st.name,
+                stem: &stem,
+                session: key.session.to_string(),
+                channel: key.channel.to_string(),
+                received: st.written,
+                announced: st.meta.size,
+                why,
+                at_ms: diodon_io::unix_time_ms(),
+            },
+            partial: Some(&st.tmp),
+            no_space: st.no_space,
+        });
+        FileSinkStats::add(&self.stats.freed, freed);
+        if reason.is_none() {
+            FileSinkStats::add(&self.stats.reason_errors, 1);
+        }
+        self.stats.quarantine(&self.quarantine, evicted);
         ChannelOutcome {
             session: key.session.to_string(),
             channel: key.channel.0,
             name: st.name,
             bytes: st.written,
-            location,
+            location: fate.location(),
             verdict: Verdict::Failed {
                 reason: why.to_owned(),
             },
@@ -510,11 +684,47 @@ impl Sink for FileSink {
                         file: None,
                         written: 0,
                         error: None,
+                        no_space: false,
                     };
                     Ok(Some(self.quarantine(key, st, &why)))
                 }
             }
         }
+    }
+}
+
+/// A file failed for lack of room: its partial bytes go now (not when
+/// the verdict comes back), it is counted, and the operator is told.
+fn out_of_room(stats: &FileSinkStats, key: ChannelKey, st: &mut Staged, why: &SinkFailure) {
+    st.no_space = true;
+    st.file = None;
+    let freed = match fs::remove_file(&st.tmp) {
+        Ok(()) => st.written,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => {
+            tracing::error!(path = %st.tmp.display(), "cannot remove the partial bytes of a file that found the disk full: {e}");
+            0
+        }
+    };
+    FileSinkStats::add(&stats.no_space, 1);
+    FileSinkStats::add(&stats.freed, freed);
+    let name = escape(&st.name);
+    let written = st.written;
+    match why {
+        SinkFailure::WontFit {
+            size, available, ..
+        } => tracing::error!(
+            %key, %name, size, available,
+            "output disk full: refused {name} before its first byte, its announced {size} bytes do not fit in the {available} available"
+        ),
+        SinkFailure::NoSpace { op, source } => tracing::error!(
+            %key, %name, written,
+            "output disk full: {name} failed after {written} bytes ({op}: {source}) and its partial bytes were removed to free the space"
+        ),
+        other => tracing::error!(
+            %key, %name, written,
+            "output disk full: {name} failed after {written} bytes ({other}) and its partial bytes were removed to free the space"
+        ),
     }
 }
 
@@ -572,6 +782,14 @@ mod tests {
         m
     }
 
+    fn sink(out: &Path, fsync: bool) -> FileSink {
+        let opts = FileSinkOptions {
+            fsync,
+            ..FileSinkOptions::default()
+        };
+        FileSink::new(out, &opts, Arc::default()).unwrap()
+    }
+
     fn staging_is_empty(out: &Path) -> bool {
         fs::read_dir(out.join(STAGING)).unwrap().next().is_none()
     }
@@ -579,7 +797,7 @@ mod tests {
     #[test]
     fn complete_file_is_renamed_with_sanitized_mode_and_mtime() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), true).unwrap();
+        let mut sink = sink(dir.path(), true);
         sink.handle(SinkEvent::Opened {
             key: key(1),
             meta: meta("a/b/c.txt", 5),
@@ -620,7 +838,7 @@ mod tests {
     #[test]
     fn failed_channel_goes_to_quarantine_with_reason() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        let mut sink = sink(dir.path(), false);
         sink.handle(SinkEvent::Opened {
             key: key(2),
             meta: meta("x.bin", 10),
@@ -660,7 +878,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
-        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        let mut sink = sink(dir.path(), false);
         sink.handle(SinkEvent::Opened {
             key: key(3),
             meta: meta("link/evil", 1),
@@ -690,7 +908,7 @@ mod tests {
     #[test]
     fn refused_name_is_quarantined_without_touching_the_tree() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        let mut sink = sink(dir.path(), false);
         let m = meta("../escape", 1);
         let why = FileSink::admit(&m).unwrap_err();
         assert!(matches!(why, Refusal::UnsafeName(_)), "{why}");
@@ -714,16 +932,16 @@ mod tests {
     #[test]
     fn stale_staging_files_are_removed_on_start() {
         let dir = tempfile::tempdir().unwrap();
-        drop(FileSink::new(dir.path(), false).unwrap());
+        drop(sink(dir.path(), false));
         fs::write(dir.path().join(STAGING).join("dead.part"), b"partial").unwrap();
-        drop(FileSink::new(dir.path(), false).unwrap());
+        drop(sink(dir.path(), false));
         assert!(staging_is_empty(dir.path()));
     }
 
     #[test]
     fn wrong_length_is_not_committed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = FileSink::new(dir.path(), false).unwrap();
+        let mut sink = sink(dir.path(), false);
         sink.handle(SinkEvent::Opened {
             key: key(5),
             meta: meta("short", 3),
@@ -745,6 +963,115 @@ mod tests {
             .unwrap();
         assert!(matches!(out.verdict, Verdict::Failed { .. }));
         assert!(!dir.path().join("short").exists());
+    }
+
+    /// Names of the entries of `dir`.
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_long_legal_name_in_a_subdirectory_keeps_its_failure_record() {
+        for (c, base) in [(10, "n".repeat(250)), (11, "é".repeat(125))] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut sink = sink(dir.path(), false);
+            let name = format!("sub/{base}");
+            let m = meta(&name, 10);
+            assert_eq!(base.len(), 250);
+            assert!(FileSink::admit(&m).is_ok(), "a legal name");
+            sink.handle(SinkEvent::Opened {
+                key: key(c),
+                meta: m,
+            })
+            .unwrap();
+            sink.handle(SinkEvent::Data {
+                key: key(c),
+                offset: 0,
+                data: vec![9; 4],
+            })
+            .unwrap();
+            let out = sink
+                .handle(SinkEvent::Failed {
+                    key: key(c),
+                    reason: FailReason::BlockLost { block: 1, count: 1 },
+                })
+                .unwrap()
+                .unwrap();
+            assert!(matches!(out.verdict, Verdict::Failed { .. }), "{out:?}");
+            let q = dir.path().join(QUARANTINE);
+            assert!(
+                Path::new(&out.location).starts_with(&q),
+                "the partial is in the quarantine: {out:?}"
+            );
+            assert_eq!(fs::read(&out.location).unwrap(), [9; 4]);
+            let names = entries(&q);
+            assert_eq!(names.len(), 2, "{names:?}");
+            assert!(names.iter().all(|n| n.len() <= 255), "{names:?}");
+            let reason = names.iter().find(|n| n.ends_with(".reason")).unwrap();
+            let text = fs::read_to_string(q.join(reason)).unwrap();
+            assert!(text.contains("block 1 lost"), "{text}");
+            assert!(staging_is_empty(dir.path()), "staging cleaned at once");
+        }
+    }
+
+    #[test]
+    fn a_path_too_long_for_the_system_is_refused_before_any_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = sink(dir.path(), false);
+        let name = format!("{}ff", "d/".repeat(2044));
+        assert_eq!(name.len(), 4090);
+        let m = meta(&name, 3);
+        assert!(FileSink::admit(&m).is_ok(), "every component is legal");
+        let opened = sink.handle(SinkEvent::Opened {
+            key: key(12),
+            meta: m,
+        });
+        let out = if let Err(e) = &opened {
+            sink.handle(SinkEvent::Failed {
+                key: key(12),
+                reason: FailReason::Rejected(e.why.clone().into()),
+            })
+            .unwrap()
+            .unwrap()
+        } else {
+            sink.handle(SinkEvent::Data {
+                key: key(12),
+                offset: 0,
+                data: vec![1, 2, 3],
+            })
+            .unwrap();
+            sink.handle(SinkEvent::Complete {
+                key: key(12),
+                bytes: 3,
+                digest: [0; 32],
+            })
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(
+            entries(dir.path()),
+            [QUARANTINE, STAGING],
+            "no directory was made in the output folder"
+        );
+        let Verdict::Failed { reason } = &out.verdict else {
+            panic!("{out:?}")
+        };
+        assert!(reason.contains("PATH_MAX"), "{reason}");
+        assert!(opened.is_err(), "refused when it opened");
+        let q = entries(&dir.path().join(QUARANTINE));
+        assert_eq!(q.len(), 1, "a reason record only: {q:?}");
+        assert!(
+            fs::metadata(dir.path().join(QUARANTINE).join(&q[0]))
+                .unwrap()
+                .len()
+                > 0
+        );
+        assert!(staging_is_empty(dir.path()));
     }
 
     #[test]

@@ -8,11 +8,12 @@
 //!          ─► core thread (run_sender) ─► UDP ─► SendSummary
 //!  RecvJob ─► run_receiver (net / decoder / writer threads) ─► Sink
 //!          (files | stdout | TCP | UDP forward) ─► RecvSummary
+//!          (files: the sink's counters, quarantine and full disk, in both)
 //!  both:   --metrics thread (metrics::serve), kernel UDP MIB before/after,
 //!          process CPU seconds; watch(&progress) every 100 ms meanwhile
 //! ```
 
-use crate::files::{send_files, FileSink, SourceFile};
+use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
 use crate::metrics::{self, MetricsError};
 use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
@@ -195,8 +196,8 @@ pub enum RecvOutput {
     Dir {
         /// The output folder.
         path: PathBuf,
-        /// fsync each file before the rename.
-        fsync: bool,
+        /// fsync, quarantine bounds.
+        files: FileSinkOptions,
     },
     /// Every stream channel to standard output, in order.
     Stdout,
@@ -233,10 +234,13 @@ pub fn run_recv(
     let progress = Arc::new(RecvProgress::default());
     let forward =
         matches!(output, RecvOutput::UdpForward(_)).then(|| Arc::new(UdpForwardStats::default()));
+    let file_stats =
+        matches!(output, RecvOutput::Dir { .. }).then(|| Arc::new(FileSinkStats::default()));
     if let Some(m) = metrics {
         let source = metrics::Source::Recv {
             progress: Arc::clone(&progress),
             udp: forward.clone(),
+            files: file_stats.clone(),
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
     }
@@ -244,8 +248,9 @@ pub fn run_recv(
     let cpu0 = process_cpu_seconds();
     let mut watch = || watch(&progress);
     let report = match output {
-        RecvOutput::Dir { path, fsync } => {
-            let sink = FileSink::new(&path, fsync).map_err(|e| GatewayError::Io {
+        RecvOutput::Dir { path, files } => {
+            let stats = file_stats.clone().unwrap_or_default();
+            let sink = FileSink::new(&path, &files, stats).map_err(|e| GatewayError::Io {
                 what: format!("output folder {}", path.display()),
                 source: std::io::Error::other(e),
             })?;
@@ -267,6 +272,7 @@ pub fn run_recv(
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
     summary.udp_forward = forward.map(|f| f.snapshot());
+    summary.file_sink = file_stats.map(|f| f.snapshot());
     Ok(summary)
 }
 

@@ -20,6 +20,7 @@
 //! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
+//! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
 //! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
 //! [`guard`] (the nftables one-way guard of a diode host, run through
@@ -34,6 +35,7 @@ pub mod link;
 pub mod metrics;
 pub mod names;
 pub mod nft;
+pub mod quarantine;
 pub mod recv;
 pub mod report;
 pub mod send;

@@ -9,6 +9,7 @@
 //!     core        SenderStats / ReceiverStats       (snapshots, ~100 ms old)
 //!     socket      SenderCounters / RecvSocketCounters (SO_RXQ_OVFL drops)
 //!     flows       UdpSourceCounters / UdpForwardCounters
+//!     files       FileSinkCounters (full disk, quarantine evictions and levels)
 //!     kernel      kernel_udp_* (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
 //!     link        kernel_link_*{interface=…} (sysfs, every interface of the netns)
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
@@ -20,6 +21,7 @@
 //! written here. `diodon stats --diodon ADDR` reads `/counters` back as a
 //! [`Counters`].
 
+use crate::files::FileSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
@@ -52,6 +54,8 @@ pub enum Source {
         progress: Arc<RecvProgress>,
         /// The UDP forwarding sink, if any.
         udp: Option<Arc<UdpForwardStats>>,
+        /// The file sink, if any.
+        files: Option<Arc<FileSinkStats>>,
     },
 }
 
@@ -147,7 +151,8 @@ fn respond(
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
-    /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`).
+    /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
+    /// `file_sink`).
     pub diodon: BTreeMap<String, Snapshot>,
     /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
     pub kernel: BTreeMap<String, Snapshot>,
@@ -231,7 +236,11 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 own(out, &u.snapshot());
             }
         }
-        Source::Recv { progress, udp } => {
+        Source::Recv {
+            progress,
+            udp,
+            files,
+        } => {
             let core = progress
                 .snapshot
                 .lock()
@@ -241,6 +250,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             own(out, &progress.socket());
             if let Some(u) = udp {
                 own(out, &u.snapshot());
+            }
+            if let Some(f) = files {
+                own(out, &f.snapshot());
             }
         }
     }
@@ -298,9 +310,14 @@ mod tests {
             .datagrams
             .store(12, std::sync::atomic::Ordering::Relaxed);
         progress.snapshot.lock().expect("test").missing = 3;
+        let files = Arc::new(FileSinkStats::default());
+        files
+            .quarantine_evictions
+            .store(4, std::sync::atomic::Ordering::Relaxed);
         let source = Source::Recv {
             progress,
             udp: None,
+            files: Some(files),
         };
         let addr = serve(
             "127.0.0.1:0".parse().expect("test"),
@@ -312,11 +329,16 @@ mod tests {
         let (status, page) = get(addr, "GET /metrics");
         assert!(status.contains(" 200"), "{status}");
         assert!(page.contains("diodon_receiver_missing_total 3\n"), "{page}");
+        assert!(
+            page.contains("diodon_file_sink_quarantine_evictions_total 4\n"),
+            "{page}"
+        );
         let (status, json) = get(addr, "GET /counters");
         assert!(status.contains(" 200"), "{status}");
         let c: Counters = serde_json::from_str(&json).expect("typed JSON");
         assert_eq!(c.diodon["receiver"].get("missing"), 3);
         assert_eq!(c.diodon["receiver_socket"].get("datagrams"), 12);
+        assert_eq!(c.diodon["file_sink"].get("quarantine_evictions"), 4);
         assert!(c.kernel.contains_key("udp"), "{json}");
         assert!(c.link.contains_key("lo"), "{json}");
         assert_eq!(c.interface.as_deref(), Some("lo"));

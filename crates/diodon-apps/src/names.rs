@@ -10,14 +10,28 @@
 //!
 //! Symlink escapes are not visible in a name; the file sink refuses to
 //! traverse any existing symlink in the output tree (see `files.rs`).
+//!
+//! Lengths: a component longer than `NAME_MAX` (255 bytes) is refused here;
+//! a whole path is checked against `PATH_MAX` once the output folder is
+//! known ([`fits_under`]), before anything is created. Names the receiver
+//! makes itself (quarantine entries) are kept within `NAME_MAX` by
+//! [`fit_file_name`]: cut at a character boundary, marked with a digest.
+//!
+//! ```text
+//!  "sub/nnn…n" (254 bytes) + ".1712345678901.reason"
+//!     ─► "sub_nnn…n" cut at 217 bytes + "~9f2c4e1a0b3d5c7e" + ".1712345678901.reason"  (255)
+//! ```
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Longest accepted name, bytes.
 pub const MAX_NAME: usize = 4096;
-/// Longest accepted path component, bytes.
+/// Longest accepted path component, bytes (`NAME_MAX`).
 pub const MAX_COMPONENT: usize = 255;
+/// Longest path the kernel takes, bytes, counting the terminating NUL
+/// (`PATH_MAX`).
+pub const PATH_MAX: usize = 4096;
 /// Prefix of the receiver's own directories in the output tree.
 pub const RESERVED_PREFIX: &str = ".diodon-";
 
@@ -48,6 +62,16 @@ pub enum NameError {
     /// Too long.
     #[error("name or component too long")]
     TooLong,
+    /// The name is legal but the path it makes under the output folder is
+    /// longer than the kernel takes.
+    #[error(
+        "the path under the output folder would be {len} bytes, longer than the system's limit of {} (PATH_MAX)",
+        PATH_MAX - 1
+    )]
+    PathTooLong {
+        /// Bytes of the whole path (output folder, `/`, name).
+        len: usize,
+    },
 }
 
 /// A relative path made only of plain, checked components.
@@ -106,6 +130,36 @@ pub fn sanitize(name: &str) -> Result<SafePath, NameError> {
     Ok(SafePath(path))
 }
 
+/// `root.join(rel)` if the kernel can take it as a path (shorter than
+/// [`PATH_MAX`]); checked before any directory of it is made.
+pub fn fits_under(root: &Path, rel: &SafePath) -> Result<PathBuf, NameError> {
+    let path = root.join(rel.as_path());
+    let len = path.as_os_str().len();
+    if len >= PATH_MAX {
+        return Err(NameError::PathTooLong { len });
+    }
+    Ok(path)
+}
+
+/// A file name `stem + suffix` of at most [`MAX_COMPONENT`] bytes: when it
+/// would be longer, `stem` is cut at a character boundary and followed by
+/// `~` and 16 hex digits of the BLAKE3 digest of `full` (the name it stands
+/// for), so two long names cut alike still differ. `suffix` is the
+/// receiver's own (an id, an extension) and is kept whole; it must be
+/// shorter than `MAX_COMPONENT - 17` bytes.
+pub fn fit_file_name(stem: &str, full: &str, suffix: &str) -> String {
+    if stem.len() + suffix.len() <= MAX_COMPONENT {
+        return format!("{stem}{suffix}");
+    }
+    let digest = blake3::hash(full.as_bytes());
+    let mark = hex::encode(&digest.as_bytes()[..8]);
+    let mut room = MAX_COMPONENT.saturating_sub(suffix.len() + 1 + mark.len());
+    while !stem.is_char_boundary(room) {
+        room -= 1;
+    }
+    format!("{}~{mark}{suffix}", &stem[..room])
+}
+
 /// `CON`, `PRN`, `AUX`, `NUL`, `COM0-9`, `LPT0-9`, with any extension, any case.
 fn is_device_name(part: &str) -> bool {
     let stem = part
@@ -123,11 +177,13 @@ fn is_device_name(part: &str) -> bool {
     }
 }
 
-/// A printable, single-line rendering of an untrusted name (for file names
-/// in the quarantine and for logs): unsafe bytes become `%XX`.
+/// A printable, single-line rendering of an untrusted name (for quarantine
+/// records, file names there and logs): unsafe bytes become `%XX`. The
+/// result can be longer than `NAME_MAX`; a file name made of it goes
+/// through [`fit_file_name`].
 pub fn escape(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
-    for c in name.chars().take(200) {
+    for c in name.chars() {
         if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+' | ',' | '=') {
             out.push(c);
         } else if c == '/' {
@@ -191,6 +247,35 @@ mod tests {
         }
         assert_eq!(sanitize(&"a".repeat(256)), Err(NameError::TooLong));
         assert_eq!(sanitize(&"a/".repeat(3000)), Err(NameError::TooLong));
+    }
+
+    #[test]
+    fn paths_longer_than_path_max_are_refused() {
+        let rel = sanitize(&format!("{}ff", "d/".repeat(2040))).unwrap();
+        // 13 + 1 + 4082 = 4096 bytes: no room for the terminating NUL.
+        assert_eq!(
+            fits_under(Path::new("/srv/incoming"), &rel),
+            Err(NameError::PathTooLong { len: 4096 })
+        );
+        // 4095 bytes: the longest path the kernel takes.
+        assert!(fits_under(Path::new("/srv/incomin"), &rel).is_ok());
+        assert!(NameError::PathTooLong { len: 4096 }
+            .to_string()
+            .contains("4095 (PATH_MAX)"));
+    }
+
+    #[test]
+    fn fitted_names_stay_within_name_max_and_tell_long_names_apart() {
+        assert_eq!(fit_file_name("a.txt", "a.txt", ".17"), "a.txt.17");
+        let suffix = ".1712345678901.reason";
+        for stem in ["n".repeat(300), "é".repeat(150), "ファ".repeat(60)] {
+            let a = fit_file_name(&stem, &format!("x/{stem}"), suffix);
+            let b = fit_file_name(&stem, &format!("y/{stem}"), suffix);
+            assert!(a.len() <= MAX_COMPONENT, "{} bytes", a.len());
+            assert!(a.len() > MAX_COMPONENT - 3, "cut close to the limit");
+            assert!(a.ends_with(suffix), "{a}");
+            assert_ne!(a, b, "the digest tells them apart");
+        }
     }
 
     #[test]

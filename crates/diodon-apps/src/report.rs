@@ -15,6 +15,7 @@
 //! `kernel_udp()`), and a summary out of a process's output with
 //! `from_output` (the last JSON line), never by indexing untyped JSON.
 
+use crate::files::FileSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
@@ -269,6 +270,10 @@ pub struct RecvSummary {
     /// With `--udp-forward`: what was sent to the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_forward: Option<UdpForwardCounters>,
+    /// With `--out`: files that found the disk full, the quarantine's
+    /// evictions and levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_sink: Option<FileSinkCounters>,
 }
 
 impl RecvSummary {
@@ -303,6 +308,7 @@ impl RecvSummary {
             socket: socket.snapshot(),
             kernel,
             udp_forward: None,
+            file_sink: None,
         }
     }
 
@@ -344,6 +350,24 @@ impl RecvSummary {
         let _ = writeln!(s, "diodon recv: sessions {}", self.sessions.join(", "));
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
+        }
+        if let Some(f) = &self.file_sink {
+            if f.no_space > 0 {
+                let _ = writeln!(
+                    s,
+                    "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
+                    f.no_space, f.freed
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
+                f.quarantine_entries,
+                f.quarantine_bytes,
+                f.quarantine_evictions,
+                f.quarantine_evicted,
+                f.reason_errors
+            );
         }
         let _ = writeln!(
             s,

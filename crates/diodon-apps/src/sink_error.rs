@@ -3,6 +3,10 @@
 //! thread). Both are typed; both reach the core through
 //! `Receiver::reject_channel` and come back in `FailReason::Rejected`, and
 //! their text is what the verdict and the quarantine `.reason` file say.
+//! A failure for lack of room on the output filesystem (`ENOSPC`,
+//! `EDQUOT`, or an announced size that cannot fit) says `output disk full`
+//! ([`SinkFailure::is_no_space`]): the file sink then frees the partial
+//! bytes instead of keeping them.
 //!
 //! ```text
 //!  decoder: admit(meta) ─ Err(Refusal) ─► reject_channel ─► SinkEvent::Refused
@@ -17,6 +21,11 @@ use std::sync::Arc;
 use diodon_proto::ChannelKind;
 
 use crate::names::NameError;
+
+/// `ENOSPC` or `EDQUOT`: no room left for the writer.
+fn is_no_space_error(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
 
 /// Why a channel is not acceptable to a sink (name or kind).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,6 +77,33 @@ pub enum SinkFailure {
     /// The channel was refused on opening (the file sink quarantines it).
     #[error("{0}")]
     Refused(#[from] Refusal),
+    /// The name cannot be placed under the output folder (too long a path).
+    #[error("{0}")]
+    Name(NameError),
+    /// The announced size does not fit on the output filesystem; refused
+    /// before the first byte.
+    #[error(
+        "output disk full: {size} bytes announced, the output filesystem has {available} available \
+         ({pending} promised to files being written, {reserve} kept free)"
+    )]
+    WontFit {
+        /// The announced size.
+        size: u64,
+        /// Bytes available on the output filesystem (`f_bavail`).
+        available: u64,
+        /// Bytes still to come of the files being written.
+        pending: u64,
+        /// Bytes always kept free.
+        reserve: u64,
+    },
+    /// A file operation found no room (`ENOSPC`, `EDQUOT`).
+    #[error("output disk full: {op}: {source}")]
+    NoSpace {
+        /// Which.
+        op: FileOp,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
     /// A file operation failed.
     #[error("{op}: {source}")]
     File {
@@ -167,11 +203,29 @@ pub enum SinkFailure {
 }
 
 impl SinkFailure {
-    /// A failed file operation.
+    /// A failed file operation ([`SinkFailure::NoSpace`] when it found no room).
     pub fn file(op: FileOp) -> impl FnOnce(io::Error) -> SinkFailure {
-        move |e| SinkFailure::File {
-            op,
-            source: Arc::new(e),
+        move |e| {
+            if is_no_space_error(&e) {
+                SinkFailure::NoSpace {
+                    op,
+                    source: Arc::new(e),
+                }
+            } else {
+                SinkFailure::File {
+                    op,
+                    source: Arc::new(e),
+                }
+            }
+        }
+    }
+
+    /// Whether the channel failed for lack of room on the output filesystem.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            SinkFailure::WontFit { .. } | SinkFailure::NoSpace { .. } => true,
+            SinkFailure::Mkdir { source, .. } => is_no_space_error(source),
+            _ => false,
         }
     }
 }
@@ -203,5 +257,27 @@ mod tests {
         };
         assert_eq!(r.downcast_ref::<Refusal>(), Some(&refusal));
         assert!(r.downcast_ref::<SinkFailure>().is_none());
+    }
+
+    #[test]
+    fn no_room_says_the_disk_is_full() {
+        let full = SinkFailure::file(FileOp::Write)(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(full.is_no_space());
+        assert!(
+            full.to_string().starts_with("output disk full: write: "),
+            "{full}"
+        );
+        let quota = SinkFailure::file(FileOp::Fsync)(io::Error::from_raw_os_error(libc::EDQUOT));
+        assert!(quota.is_no_space(), "{quota}");
+        let other = SinkFailure::file(FileOp::Write)(io::Error::from_raw_os_error(libc::EIO));
+        assert!(!other.is_no_space());
+        assert_eq!(
+            other.to_string(),
+            SinkFailure::File {
+                op: FileOp::Write,
+                source: Arc::new(io::Error::from_raw_os_error(libc::EIO))
+            }
+            .to_string()
+        );
     }
 }

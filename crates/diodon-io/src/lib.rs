@@ -23,10 +23,12 @@
 //! - [`tun`]: open a TUN device (IP packets in user space).
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
+//! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
 
 pub mod child;
 pub mod clock;
 pub mod counters;
+pub mod fs;
 pub mod netns;
 pub mod route;
 pub mod tun;

@@ -61,31 +61,43 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
-/// A tmpfs of `size` (e.g. `"1m"`) mounted on a fresh temporary directory,
-/// unmounted and removed when dropped (even if the test panics).
+/// A tmpfs of a few MiB mounted on a directory, unmounted when dropped
+/// (even if the test panics); needs root ([`require_root`]).
 #[derive(Debug)]
 pub struct SmallFs {
     dir: std::path::PathBuf,
+    /// The directory was made for this mount (removed after it).
+    owned: bool,
 }
 
 impl SmallFs {
-    /// Mounts the filesystem; needs root.
-    pub fn mount(size: &str) -> SmallFs {
+    /// A tmpfs of `mib` MiB on a fresh temporary directory.
+    pub fn mount(mib: u64) -> SmallFs {
         static MOUNTS: AtomicU64 = AtomicU64::new(0);
         let n = MOUNTS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("diodon-smallfs-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let path = dir.to_str().expect("temporary paths are UTF-8");
+        let mut fs = SmallFs::mount_at(&dir, mib);
+        fs.owned = true;
+        fs
+    }
+
+    /// A tmpfs of `mib` MiB on `dir` (created if missing).
+    pub fn mount_at(dir: &std::path::Path, mib: u64) -> SmallFs {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let path = dir.to_str().expect("test paths are UTF-8");
         run(&[
             "mount",
             "-t",
             "tmpfs",
             "-o",
-            &format!("size={size}"),
-            "tmpfs",
+            &format!("size={mib}m,mode=0755"),
+            "diodon-test",
             path,
         ]);
-        SmallFs { dir }
+        SmallFs {
+            dir: dir.to_owned(),
+            owned: false,
+        }
     }
 
     /// Where it is mounted.
@@ -96,8 +108,24 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
+        // Another test's fork may hold a file of ours open for an instant
+        // (until its exec closes it): retry, then detach lazily.
+        let unmounted = (0..20).any(|_| {
+            let ok = Command::new("umount")
+                .arg(&self.dir)
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ok {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            ok
+        });
+        if !unmounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        if self.owned {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! file and turning flags into library settings is `config`'s job.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use diodon_apps::quarantine::QuarantineBytes;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -162,6 +163,16 @@ pub struct RecvArgs {
     /// Skip fsync before rename (faster, not crash-safe).
     #[arg(long)]
     pub no_fsync: bool,
+    /// Most bytes the quarantine keeps (partial data of failed files and
+    /// their reason records): bytes with an optional unit (`64MiB`, `2GiB`)
+    /// or a share of the output filesystem (`5%`); oldest entries go first.
+    /// Default: 10% of the output filesystem, at most 1 GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub quarantine_bytes: Option<QuarantineBytes>,
+    /// Most entries the quarantine keeps (one per failed file); oldest go
+    /// first. Default 1000.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub quarantine_entries: Option<u64>,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,

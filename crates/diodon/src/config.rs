@@ -11,6 +11,7 @@
 use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::link::read_key;
+use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
 use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SymbolSize};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -53,6 +54,26 @@ pub struct FileConfig {
     rcvbuf: Option<usize>,
     stall: Option<u64>,
     no_fsync: Option<bool>,
+    quarantine_bytes: Option<SizeValue>,
+    quarantine_entries: Option<u64>,
+}
+
+/// A size in the TOML file: a number of bytes, or text as on the command
+/// line (`"64MiB"`, `"5%"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn quarantine(&self) -> Result<QuarantineBytes> {
+        Ok(match self {
+            SizeValue::Bytes(n) => QuarantineBytes::Bytes(*n),
+            SizeValue::Text(t) => t.parse()?,
+        })
+    }
 }
 
 impl FileConfig {
@@ -173,6 +194,7 @@ pub struct RecvSettings {
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
+    pub quarantine: QuarantineLimits,
 }
 
 impl RecvArgs {
@@ -180,6 +202,18 @@ impl RecvArgs {
     pub fn resolve(&self, f: &FileConfig) -> Result<RecvSettings> {
         let listen = pick(self.listen.as_ref(), f.listen.as_ref())
             .ok_or_else(|| anyhow!("--listen ADDR is required"))?;
+        let max_bytes = match (self.quarantine_bytes, &f.quarantine_bytes) {
+            (Some(b), _) => b,
+            (None, Some(v)) => v.quarantine().context("quarantine-bytes")?,
+            (None, None) => QuarantineBytes::Auto,
+        };
+        let max_entries = self
+            .quarantine_entries
+            .or(f.quarantine_entries)
+            .unwrap_or(DEFAULT_MAX_ENTRIES);
+        if max_entries == 0 {
+            bail!("quarantine-entries must be at least 1 (each failed file leaves a record)");
+        }
         Ok(RecvSettings {
             listen,
             out: pick(self.out.as_ref(), f.out.as_ref()),
@@ -190,6 +224,10 @@ impl RecvArgs {
             rcvbuf: self.rcvbuf.or(f.rcvbuf),
             stall: Duration::from_millis(self.stall.or(f.stall).unwrap_or(250)),
             fsync: !(self.no_fsync || f.no_fsync.unwrap_or(false)),
+            quarantine: QuarantineLimits {
+                max_bytes,
+                max_entries,
+            },
         })
     }
 }
@@ -249,5 +287,45 @@ mod tests {
         assert!(!s.once);
         assert_eq!(s.channels, None);
         assert!(recv(&["--channels", "0"]).is_err());
+    }
+
+    #[test]
+    fn quarantine_bounds_come_from_flags_or_the_file() {
+        let recv = |args: &[&str], file: &str| -> Result<RecvSettings> {
+            let cli = Cli::try_parse_from(
+                ["diodon", "recv", "--listen", "127.0.0.1:7700"]
+                    .iter()
+                    .chain(args),
+            )?;
+            let Command::Recv(r) = cli.cmd else {
+                panic!("not recv")
+            };
+            r.resolve(&toml::from_str(file)?)
+        };
+        let d = recv(&[], "").unwrap().quarantine;
+        assert_eq!(d, QuarantineLimits::default());
+        assert_eq!(d.max_bytes, QuarantineBytes::Auto);
+        assert_eq!(d.max_entries, 1000);
+        let q = recv(
+            &["--quarantine-bytes", "64MiB", "--quarantine-entries", "7"],
+            "",
+        )
+        .unwrap()
+        .quarantine;
+        assert_eq!(q.max_bytes, QuarantineBytes::Bytes(64 << 20));
+        assert_eq!(q.max_entries, 7);
+        let q = recv(&[], "quarantine-bytes = \"5%\"\nquarantine-entries = 9\n")
+            .unwrap()
+            .quarantine;
+        assert_eq!(q.max_bytes, QuarantineBytes::Percent(5));
+        assert_eq!(q.max_entries, 9);
+        let q = recv(&["--quarantine-bytes", "1000"], "quarantine-bytes = 4096\n")
+            .unwrap()
+            .quarantine;
+        assert_eq!(q.max_bytes, QuarantineBytes::Bytes(1000), "the flag wins");
+        assert!(recv(&["--quarantine-bytes", "lots"], "").is_err());
+        assert!(recv(&["--quarantine-entries", "0"], "").is_err());
+        assert!(recv(&[], "quarantine-entries = 0\n").is_err());
+        assert!(recv(&[], "quarantine-bytes = \"200%\"\n").is_err());
     }
 }

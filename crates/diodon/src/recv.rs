@@ -12,6 +12,7 @@ use crate::fatal::Fatal;
 use crate::progress;
 use crate::stop::stop_flag;
 use anyhow::anyhow;
+use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;
 use diodon_apps::report::Exit;
@@ -30,7 +31,10 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward) {
         (Some(path), false, None, None) => RecvOutput::Dir {
             path: path.clone(),
-            fsync: s.fsync,
+            files: FileSinkOptions {
+                fsync: s.fsync,
+                quarantine: s.quarantine,
+            },
         },
         (None, true, None, None) => RecvOutput::Stdout,
         (None, false, Some(a), None) => RecvOutput::Tcp(a),

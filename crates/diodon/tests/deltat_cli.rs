@@ -289,7 +289,7 @@ fn a_receiver_whose_disk_fills_tells_the_sender_at_once() {
     if !diodon_testkit::require_root("a_receiver_whose_disk_fills_tells_the_sender_at_once") {
         return;
     }
-    let fs = diodon_testkit::SmallFs::mount("1m");
+    let fs = diodon_testkit::SmallFs::mount(1);
     let (send, recv, took) = exchange(fs.path(), &vec![3u8; 4_000_000]);
     assert_eq!(send.status.code(), Some(1), "{}", text(&send.stderr));
     assert_eq!(recv.status.code(), Some(1), "{}", text(&recv.stderr));

@@ -804,3 +804,73 @@ fn unpaced_jumbo_file_is_identical_and_drops_match_the_kernel() {
     assert_eq!(sha256(&src), sha256(&out.join("jumbo.bin")));
     tb.assert_one_way();
 }
+
+#[test]
+fn a_full_disk_frees_its_space_and_the_next_file_that_fits_is_delivered() {
+    let Some(tb) = Testbed::up(&[]) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.bin");
+    random_file(&big, 40_000_000);
+    let small = dir.path().join("small.bin");
+    random_file(&small, 6_000_000);
+    let out = dir.path().join("out");
+    let _disk = diodon_testkit::SmallFs::mount_at(&out, 24);
+    let rx = tb.recv(&out, &["--channels", "3"]);
+    // A stream of unknown length larger than the disk: it fails while it is
+    // written, and its partial bytes must not stay on the disk.
+    let tx = tb
+        .cmd("tx", BIN)
+        .args(["send", "--to", RX_ADDR, "--json", "-"])
+        .stdin(fs::File::open(&big).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tx = finish(tx, Duration::from_secs(30), "send stdin");
+    assert_eq!(tx.status.code(), Some(0));
+    // A file announcing more than the disk holds (refused before its first
+    // byte), then one that fits.
+    let tx = finish(
+        tb.send(&[&big, &small], &[]),
+        Duration::from_secs(30),
+        "send files",
+    );
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    assert_eq!(tx.status.code(), Some(0));
+    assert_eq!(rx.status.code(), Some(1), "two channels failed");
+    let s = summary(&rx);
+    let channel = |name: &str| {
+        s["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not reported: {s}"))
+            .clone()
+    };
+    for name in ["stdin", "big.bin"] {
+        let c = channel(name);
+        assert_eq!(c["verdict"], "failed", "{c}");
+        assert!(
+            c["reason"].as_str().unwrap().contains("output disk full"),
+            "{c}"
+        );
+    }
+    assert_eq!(channel("small.bin")["verdict"], "verified", "{s}");
+    assert_eq!(sha256(&small), sha256(&out.join("small.bin")));
+    let mut reasons = 0;
+    for e in fs::read_dir(out.join(".diodon-quarantine")).unwrap() {
+        let e = e.unwrap();
+        let len = e.metadata().unwrap().len();
+        if e.file_name().to_string_lossy().ends_with(".reason") {
+            assert!(len > 0, "empty reason record {:?}", e.file_name());
+            reasons += 1;
+        } else {
+            panic!("quarantine keeps {len} bytes of {:?}", e.file_name());
+        }
+    }
+    assert_eq!(reasons, 2);
+    assert_eq!(staging_files(&out), 0);
+    assert_eq!(s["file_sink"]["no_space"], 2, "{s}");
+    tb.assert_one_way();
+}
