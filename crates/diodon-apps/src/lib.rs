@@ -1,5 +1,7 @@
-//! Diodon's applications: the threaded drivers that run the sans-IO core on
-//! real sockets, and what they carry (files, a pipe, TCP streams).
+//! Diodon's applications: the drivers that run the sans-IO cores on real
+//! sockets (the one-way pipelines, the Delta-t driver), what they carry
+//! (files, a pipe, TCP streams, UDP flows, Delta-t transfers), and the typed
+//! reports every front end shares.
 //!
 //! ```text
 //!  SENDER                                                      (send.rs)
@@ -17,7 +19,10 @@
 //! pipeline is dropped. The only loss points are the link and the kernel's
 //! socket buffer, and both are counted.
 //!
-//! Modules: [`send`] and [`recv`] (the pipelines), [`names`] (channel-name
+//! Modules: [`send`] and [`recv`] (the one-way pipelines), [`deltat`] (the
+//! Delta-t driver and file exchange), [`gateway`] (one run of a side, front
+//! to back), [`report`] (summaries, exit codes), [`link`] (link settings),
+//! [`names`] (channel-name
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
