@@ -199,7 +199,10 @@ diodon_counters::counters! {
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct RecvSocketCounters in Diodon "receiver_socket" {
         datagrams: counter Count "datagrams" "Datagrams read from the receiving socket.",
-        drops: counter Count "drops" "Datagrams the kernel dropped on the receiving socket because its buffer was full (SO_RXQ_OVFL).",
+        /// The kernel counts packets, not datagrams: a GRO/GSO super-packet
+        /// dropped whole counts once. The datagrams lost are the core's
+        /// exact `missing`.
+        dropped_packets: counter Count "dropped_packets" "Packets the kernel dropped on the receiving socket because its buffer was full (SO_RXQ_OVFL); a GRO/GSO super-packet counts once, however many datagrams it held (the datagrams lost are receiver missing).",
     }
 }
 
@@ -227,7 +230,7 @@ impl RecvProgress {
     pub fn socket(&self) -> RecvSocketCounters {
         RecvSocketCounters {
             datagrams: self.datagrams.load(Ordering::Relaxed),
-            drops: self.socket_drops.load(Ordering::Relaxed),
+            dropped_packets: self.socket_drops.load(Ordering::Relaxed),
         }
     }
 }

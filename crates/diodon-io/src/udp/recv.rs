@@ -43,7 +43,7 @@ diodon_counters::counters! {
         gro_packets: counter Count "gro_packets" "Messages that were GRO super-packets (more than one datagram).",
         truncated: counter Count "truncated" "Messages larger than a slot (MSG_TRUNC): not delivered, counted here.",
         control_truncated: counter Count "control_truncated" "Messages whose control data did not fit (MSG_CTRUNC).",
-        socket_drops: counter Count "drops" "Datagrams the kernel dropped on this socket because its buffer was full (SO_RXQ_OVFL).",
+        socket_drops: counter Count "dropped_packets" "Packets the kernel dropped on this socket because its buffer was full (SO_RXQ_OVFL); a GRO/GSO super-packet counts once, however many datagrams it held.",
         error_queue: counter Count "error_queue" "Entries read from the socket error queue after a receive reported an error (ICMP errors on a two-way socket).",
     }
 }
