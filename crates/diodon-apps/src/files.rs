@@ -179,6 +179,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
         mtime_sec: meta.mtime(),
         mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
         name: f.name.clone(),
+        sync: None,
     };
     let token = handle.open(cm)?;
     loop {

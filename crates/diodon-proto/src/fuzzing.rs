@@ -463,6 +463,7 @@ impl RxHarness {
                     mtime_sec: 0,
                     mtime_nsec: 0,
                     name,
+                    sync: None,
                 })
             }
             1 => Body::Trailer(TrailerRepr {

@@ -35,4 +35,4 @@ pub use receiver::{
 };
 pub use sender::{SendError, Sender, SenderConfig, SenderEvent, SenderStats};
 pub use types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
-pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};
+pub use wire::{ChannelKind, ChannelMeta, Integrity, SyncInfo, WireError};

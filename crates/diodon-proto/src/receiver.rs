@@ -306,6 +306,7 @@ diodon_counters::counters! {
         channels_opened: counter Count "channels_opened" "Channels opened (metadata received).",
         channels_complete: counter Count "channels_complete" "Channels complete and verified.",
         channels_failed: counter Count "channels_failed" "Channels failed.",
+        channels_skipped: counter Count "channels_skipped" "Channels the application already held (skip_channel): their later datagrams count as late.",
         bytes_delivered: counter Bytes "delivered" "Channel bytes delivered.",
         sessions: counter Count "sessions" "Sender sessions adopted.",
     }
@@ -676,6 +677,24 @@ impl Receiver {
     /// the channel are counted as late and dropped.
     pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<Rejection>) {
         self.fail_channel(channel, FailReason::Rejected(why.into()));
+    }
+
+    /// Ends a channel on the application's behalf without a verdict: it
+    /// already holds the announced bytes (a sync receiver recognised the
+    /// file from its channel-open). The channel's state is freed, later
+    /// datagrams of it are counted as late, and no further event of it is
+    /// raised.
+    pub fn skip_channel(&mut self, channel: ChannelId) {
+        let Some(s) = &mut self.session else { return };
+        if s.ended.contains(&channel) {
+            return;
+        }
+        if let Some(ch) = s.channels.remove(&channel) {
+            self.buffered -= ch.buffered;
+        }
+        s.channel_due.set(channel, None);
+        s.ended.insert(channel);
+        self.stats.channels_skipped += 1;
     }
 
     /// Earliest time `handle_timeout` has work (the channels' deadlines are

@@ -453,7 +453,8 @@ impl Sender {
 
     /// Longest channel name: the channel-open datagram must be no larger
     /// than a full symbol datagram (so it never fragments) and the name at
-    /// most [`MAX_NAME_LEN`] bytes.
+    /// most [`MAX_NAME_LEN`] bytes. A channel with sync information has
+    /// [`crate::wire::OPEN_SYNC_LEN`] bytes less room.
     pub fn max_name_len(&self) -> usize {
         (self.config.symbol_size.get() + SYMBOL_HEADER_LEN - crate::wire::OPEN_FIXED_LEN)
             .min(MAX_NAME_LEN)
@@ -461,7 +462,14 @@ impl Sender {
 
     /// Opens a channel; its metadata goes out (repeated) before its data.
     pub fn open_channel(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
-        if meta.name.len() > self.max_name_len() {
+        let room = if meta.sync.is_some() {
+            let open_room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN)
+                .saturating_sub(crate::wire::OPEN_FIXED_LEN + crate::wire::OPEN_SYNC_LEN);
+            self.max_name_len().min(open_room)
+        } else {
+            self.max_name_len()
+        };
+        if meta.name.len() > room {
             return Err(SendError::NameTooLong(meta.name.len()));
         }
         if self.next_channel == u32::MAX {
@@ -735,7 +743,7 @@ impl Sender {
         let body = match next {
             Next::Beacon => BEACON_FIXED_LEN + self.beacon_entries().len() * BEACON_ENTRY_LEN,
             Next::Control(i) => match &self.control[i].body {
-                ControlBody::Open(meta) => crate::wire::OPEN_FIXED_LEN + meta.name.len(),
+                ControlBody::Open(meta) => meta.body_len(),
                 ControlBody::Trailer(_) => crate::wire::TRAILER_LEN,
             },
             Next::Symbol => {

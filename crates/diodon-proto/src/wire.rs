@@ -49,6 +49,13 @@ pub const BEACON_ENTRY_LEN: usize = 13;
 pub const OPEN_FIXED_LEN: usize = 28;
 /// Length of a trailer body.
 pub const TRAILER_LEN: usize = 50;
+/// Length of the sync extension that follows the name of a channel-open
+/// whose flag bit 1 is set ([`SyncInfo`]).
+pub const OPEN_SYNC_LEN: usize = 44;
+/// Channel-open flag bit 0: the size is known.
+const OPEN_SIZE_KNOWN: u8 = 0x01;
+/// Channel-open flag bit 1: a [`SyncInfo`] follows the name.
+const OPEN_SYNC: u8 = 0x02;
 
 mod field {
     use std::ops::Range;
@@ -615,6 +622,65 @@ pub enum ChannelKind {
     Stream = 2,
     /// Length-prefixed datagrams (UDP flows).
     Datagrams = 3,
+    /// A sync manifest: JSON Lines of deletions and renames of a mirrored
+    /// tree (PROTOCOL.md § 5.5). Receivers that predate it count its open
+    /// as malformed and fail the channel (`OpenLost`).
+    Manifest = 4,
+}
+
+/// What a directory-tree sync sender adds to a file's channel-open: when it
+/// first saw the file (the receiver's availability time is measured from
+/// it), which pass over the file this is, and the file's digest when the
+/// sender already knows it (from an earlier pass), so that a receiver that
+/// holds the same bytes need not write them again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SyncInfo {
+    /// When the sender first saw this version of the file, Unix ms
+    /// (sender's wall clock).
+    pub first_seen_unix_ms: u64,
+    /// Which time this version is sent, from 1.
+    pub pass: u16,
+    /// BLAKE3-256 of the content, when known before sending.
+    pub digest: Option<[u8; 32]>,
+}
+
+impl SyncInfo {
+    fn parse(b: &[u8]) -> Result<Self, &'static str> {
+        let digest = match b[10] {
+            0 if b[12..44].iter().all(|&x| x == 0) => None,
+            0 => return Err("digest bytes without a digest algorithm"),
+            DIGEST_BLAKE3 => {
+                let mut d = [0u8; 32];
+                d.copy_from_slice(&b[12..44]);
+                Some(d)
+            }
+            _ => return Err("unknown sync digest algorithm"),
+        };
+        if b[11] != 0 {
+            return Err("sync reserved byte is not zero");
+        }
+        let pass = be_u16(b, 8);
+        if pass == 0 {
+            return Err("sync pass is zero");
+        }
+        Ok(SyncInfo {
+            first_seen_unix_ms: be_u64(b, 0),
+            pass,
+            digest,
+        })
+    }
+
+    fn emit(&self, b: &mut [u8]) {
+        b[0..8].copy_from_slice(&self.first_seen_unix_ms.to_be_bytes());
+        b[8..10].copy_from_slice(&self.pass.to_be_bytes());
+        b[10] = if self.digest.is_some() {
+            DIGEST_BLAKE3
+        } else {
+            0
+        };
+        b[11] = 0;
+        b[12..44].copy_from_slice(&self.digest.unwrap_or([0; 32]));
+    }
 }
 
 /// A channel's metadata.
@@ -632,6 +698,8 @@ pub struct ChannelMeta {
     pub mtime_nsec: u32,
     /// Name (relative path for files, label for streams), UTF-8.
     pub name: String,
+    /// Directory-tree sync information (flag bit 1), `None` for one-shot sends.
+    pub sync: Option<SyncInfo>,
 }
 
 impl ChannelMeta {
@@ -644,6 +712,7 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            sync: None,
         }
     }
 
@@ -656,6 +725,7 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            sync: None,
         }
     }
 
@@ -671,50 +741,78 @@ impl ChannelMeta {
             1 => ChannelKind::File,
             2 => ChannelKind::Stream,
             3 => ChannelKind::Datagrams,
+            4 => ChannelKind::Manifest,
             _ => return Err(bad("unknown channel kind")),
         };
         let flags = body[1];
-        if flags & !1 != 0 {
+        if flags & !(OPEN_SIZE_KNOWN | OPEN_SYNC) != 0 {
             return Err(bad("undefined flag bits"));
         }
         let name_len = be_u16(body, 2) as usize;
-        if name_len > MAX_NAME_LEN || body.len() != OPEN_FIXED_LEN + name_len {
+        let ext_len = if flags & OPEN_SYNC != 0 {
+            OPEN_SYNC_LEN
+        } else {
+            0
+        };
+        if name_len > MAX_NAME_LEN || body.len() != OPEN_FIXED_LEN + name_len + ext_len {
             return Err(bad("name length differs from the body"));
         }
+        let name_end = OPEN_FIXED_LEN + name_len;
+        let sync = if ext_len > 0 {
+            Some(SyncInfo::parse(&body[name_end..]).map_err(bad)?)
+        } else {
+            None
+        };
         let size = be_u64(body, 4);
-        if flags & 1 == 0 && size != 0 {
+        if flags & OPEN_SIZE_KNOWN == 0 && size != 0 {
             return Err(bad("size is not zero but flagged unknown"));
         }
         let mtime_nsec = be_u32(body, 24);
         if mtime_nsec >= 1_000_000_000 {
             return Err(bad("mtime nanoseconds out of range"));
         }
-        let name = std::str::from_utf8(&body[OPEN_FIXED_LEN..])
+        let name = std::str::from_utf8(&body[OPEN_FIXED_LEN..name_end])
             .map_err(|_| bad("name is not UTF-8"))?
             .to_owned();
         Ok(ChannelMeta {
             kind,
-            size: (flags & 1 != 0).then_some(size),
+            size: (flags & OPEN_SIZE_KNOWN != 0).then_some(size),
             mode: be_u32(body, 12),
             mtime_sec: be_u64(body, 16).cast_signed(),
             mtime_nsec,
             name,
+            sync,
         })
     }
 
-    fn body_len(&self) -> usize {
-        OPEN_FIXED_LEN + self.name.len()
+    /// Length of this metadata's channel-open body.
+    pub fn body_len(&self) -> usize {
+        OPEN_FIXED_LEN
+            + self.name.len()
+            + if self.sync.is_some() {
+                OPEN_SYNC_LEN
+            } else {
+                0
+            }
     }
 
     fn emit(&self, b: &mut [u8]) {
         b[0] = self.kind as u8;
-        b[1] = u8::from(self.size.is_some());
+        b[1] = if self.size.is_some() {
+            OPEN_SIZE_KNOWN
+        } else {
+            0
+        } | if self.sync.is_some() { OPEN_SYNC } else { 0 };
         b[2..4].copy_from_slice(&(self.name.len() as u16).to_be_bytes());
         b[4..12].copy_from_slice(&self.size.unwrap_or(0).to_be_bytes());
         b[12..16].copy_from_slice(&self.mode.to_be_bytes());
         b[16..24].copy_from_slice(&self.mtime_sec.to_be_bytes());
         b[24..28].copy_from_slice(&self.mtime_nsec.to_be_bytes());
-        b[OPEN_FIXED_LEN..OPEN_FIXED_LEN + self.name.len()].copy_from_slice(self.name.as_bytes());
+        let name_end = OPEN_FIXED_LEN + self.name.len();
+        b[OPEN_FIXED_LEN..name_end].copy_from_slice(self.name.as_bytes());
+        if let Some(sync) = &self.sync {
+            sync.emit(&mut b[name_end..name_end + OPEN_SYNC_LEN]);
+        }
     }
 }
 

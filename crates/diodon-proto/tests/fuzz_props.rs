@@ -8,7 +8,8 @@
 use diodon_proto::fuzzing;
 use diodon_proto::wire::{
     parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, SymbolRepr, TrailerRepr, TrailerStatus, MAX_NAME_LEN,
+    DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
+    MAX_NAME_LEN,
 };
 use diodon_proto::{ChannelId, SessionId};
 use proptest::prelude::*;
@@ -167,26 +168,36 @@ fn name() -> impl Strategy<Value = String> {
 }
 
 fn open() -> impl Strategy<Value = Spec> {
+    let sync = proptest::option::of((any::<u64>(), 1u16.., any::<Option<[u8; 32]>>()).prop_map(
+        |(first_seen_unix_ms, pass, digest)| SyncInfo {
+            first_seen_unix_ms,
+            pass,
+            digest,
+        },
+    ));
     (
-        0usize..3,
+        0usize..4,
         any::<Option<u64>>(),
         any::<u32>(),
         any::<i64>(),
         0u32..1_000_000_000,
         name(),
+        sync,
     )
-        .prop_map(|(kind, size, mode, mtime_sec, mtime_nsec, name)| {
+        .prop_map(|(kind, size, mode, mtime_sec, mtime_nsec, name, sync)| {
             Spec::Open(ChannelMeta {
                 kind: [
                     ChannelKind::File,
                     ChannelKind::Stream,
                     ChannelKind::Datagrams,
+                    ChannelKind::Manifest,
                 ][kind],
                 size,
                 mode,
                 mtime_sec,
                 mtime_nsec,
                 name,
+                sync,
             })
         })
 }
