@@ -137,6 +137,7 @@ pub fn run_send(
         let source = metrics::Source::Send {
             progress: Arc::clone(&progress),
             udp: udp_stats.clone(),
+            sync: None,
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
     }

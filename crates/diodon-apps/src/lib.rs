@@ -26,7 +26,8 @@
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
-//! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
+//! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
+//! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`] (UDP flows as datagram
 //! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
 //! [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
@@ -47,6 +48,7 @@ pub mod send;
 pub mod sink_error;
 pub mod stats;
 pub mod stream;
+pub mod sync;
 pub mod udp_flow;
 
 pub use recv::{

@@ -47,6 +47,8 @@ pub enum Source {
         progress: Arc<SendProgress>,
         /// The UDP-flow source, if any.
         udp: Option<Arc<UdpSourceStats>>,
+        /// The directory-tree sync, if any.
+        sync: Option<Arc<crate::sync::SyncStats>>,
     },
     /// `diodon recv`.
     Recv {
@@ -224,7 +226,11 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
         out.set(set, C::SUBSYSTEM, None);
     }
     match source {
-        Source::Send { progress, udp } => {
+        Source::Send {
+            progress,
+            udp,
+            sync,
+        } => {
             let (core, socket) = progress
                 .snapshot
                 .lock()
@@ -234,6 +240,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             own(out, &socket);
             if let Some(u) = udp {
                 own(out, &u.snapshot());
+            }
+            if let Some(s) = sync {
+                own(out, &s.snapshot());
             }
         }
         Source::Recv {

@@ -115,6 +115,30 @@ impl SourceHandle {
     }
 }
 
+/// How a channel ended, told to a [`SentHook`] as it happens (the report
+/// lists them only at the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentNotice {
+    /// The token [`SourceHandle::open`] returned.
+    pub token: u64,
+    /// How it ended.
+    pub status: SentStatus,
+    /// Bytes it carried (0 unless sent).
+    pub bytes: u64,
+    /// Its BLAKE3 digest (when sent).
+    pub digest: Option<[u8; 32]>,
+}
+
+/// Called on the core thread for every channel that ends (must not block).
+#[derive(Clone)]
+pub struct SentHook(pub Arc<dyn Fn(SentNotice) + Send + Sync>);
+
+impl std::fmt::Debug for SentHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SentHook")
+    }
+}
+
 /// How to run the sender.
 #[derive(Debug, Clone)]
 pub struct SendOptions {
@@ -129,6 +153,8 @@ pub struct SendOptions {
     pub queue_chunks: usize,
     /// How long to keep sending beacons once everything left.
     pub linger: Duration,
+    /// Told about every channel as it ends (the sync scheduler counts passes).
+    pub on_sent: Option<SentHook>,
 }
 
 /// Bytes per data message that sources should read at once.
@@ -213,7 +239,8 @@ pub struct SendReport {
     pub stats: SenderStats,
     /// Socket counters (ENOBUFS retries etc.).
     pub io: SenderCounters,
-    /// Every channel, in the order it ended.
+    /// Every channel, in the order it ended (empty when `on_sent` was set:
+    /// the hook was told about each one instead).
     pub channels: Vec<SentChannel>,
     /// From the first to the last datagram of channel data (without linger).
     pub duration: Duration,
@@ -251,6 +278,12 @@ struct Chan {
     name: String,
 }
 
+/// A channel the core is sending: its name and the source's token.
+struct Open {
+    name: String,
+    token: u64,
+}
+
 /// The core thread's state.
 struct Core {
     sender: Sender,
@@ -258,7 +291,8 @@ struct Core {
     dest: SocketAddr,
     clock: MonotonicClock,
     tokens: HashMap<u64, Chan>,
-    by_id: HashMap<ChannelId, String>,
+    by_id: HashMap<ChannelId, Open>,
+    on_sent: Option<SentHook>,
     pending: Option<(ChannelId, Vec<u8>, usize)>,
     input_done: bool,
     report: Vec<SentChannel>,
@@ -309,6 +343,7 @@ pub fn run_sender(
         clock,
         tokens: HashMap::new(),
         by_id: HashMap::new(),
+        on_sent: opts.on_sent.clone(),
         pending: None,
         input_done: false,
         report: Vec::new(),
@@ -419,13 +454,25 @@ impl Core {
                 let name = meta.name.clone();
                 match self.sender.open_channel(meta) {
                     Ok(id) => {
-                        tracing::info!(channel = %id, name = %name, "channel opened");
-                        self.by_id.insert(id, name.clone());
+                        tracing::debug!(channel = %id, name = %name, "channel opened");
+                        self.by_id.insert(
+                            id,
+                            Open {
+                                name: name.clone(),
+                                token,
+                            },
+                        );
                         self.tokens.insert(token, Chan { id: Some(id), name });
                     }
                     Err(e) => {
                         tracing::error!(name = %name, "channel refused: {e}");
-                        self.report.push(SentChannel {
+                        self.notify(SentNotice {
+                            token,
+                            status: SentStatus::Refused(e.to_string()),
+                            bytes: 0,
+                            digest: None,
+                        });
+                        self.record(SentChannel {
                             name: name.clone(),
                             bytes: 0,
                             digest: String::new(),
@@ -500,11 +547,17 @@ impl Core {
                     bytes,
                     digest,
                 } => {
-                    let name = self.by_id.remove(&channel).unwrap_or_default();
+                    let (name, token) = self.forget(channel);
+                    self.notify(SentNotice {
+                        token,
+                        status: SentStatus::Sent,
+                        bytes,
+                        digest: Some(digest),
+                    });
                     let digest = hex::encode(digest);
-                    tracing::info!(%channel, name = %name, bytes, blake3 = %digest, "channel sent");
+                    tracing::debug!(%channel, name = %name, bytes, blake3 = %digest, "channel sent");
                     self.last_data = self.clock.now();
-                    self.report.push(SentChannel {
+                    self.record(SentChannel {
                         name,
                         bytes,
                         digest,
@@ -512,8 +565,14 @@ impl Core {
                     });
                 }
                 SenderEvent::ChannelAborted { channel } => {
-                    let name = self.by_id.remove(&channel).unwrap_or_default();
-                    self.report.push(SentChannel {
+                    let (name, token) = self.forget(channel);
+                    self.notify(SentNotice {
+                        token,
+                        status: SentStatus::Aborted,
+                        bytes: 0,
+                        digest: None,
+                    });
+                    self.record(SentChannel {
                         name,
                         bytes: 0,
                         digest: String::new(),
@@ -521,6 +580,27 @@ impl Core {
                     });
                 }
             }
+        }
+    }
+
+    /// Keeps an ended channel for the final report, unless a hook is told
+    /// about each one (a long-running sync would grow the list forever).
+    fn record(&mut self, ch: SentChannel) {
+        if self.on_sent.is_none() {
+            self.report.push(ch);
+        }
+    }
+
+    /// The name and token of an ended channel.
+    fn forget(&mut self, channel: ChannelId) -> (String, u64) {
+        self.by_id
+            .remove(&channel)
+            .map_or_else(|| (String::new(), 0), |o| (o.name, o.token))
+    }
+
+    fn notify(&self, notice: SentNotice) {
+        if let Some(hook) = &self.on_sent {
+            (hook.0)(notice);
         }
     }
 

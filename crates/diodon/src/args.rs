@@ -43,6 +43,9 @@ pub enum Command {
     /// Receive into a directory (`--out`), stdout (`--stdout`) or a TCP
     /// destination (`--tcp-connect`).
     Recv(RecvArgs),
+    /// Keep directory trees mirrored across the diode (long-running; state
+    /// in `SQLite`; carousel passes, deletions, outbox). `--status` reports.
+    Sync(SyncArgs),
     /// Delta-t (reliable, needs a return path): send/recv a file, echo.
     Deltat(crate::deltat::DeltatArgs),
     /// One-way nftables guard of a diode host: apply, verify, counters, reset, remove.
@@ -121,6 +124,78 @@ pub struct SendArgs {
     /// Keep sending beacons this long after the last channel (ms). Default 750.
     #[arg(long, value_name = "MS")]
     pub linger: Option<u64>,
+    /// Link settings.
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// `diodon sync`.
+#[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each bool is an independent command-line switch"
+)]
+pub struct SyncArgs {
+    /// Source directories (each is announced under its own name).
+    pub paths: Vec<PathBuf>,
+    /// Receiver address, e.g. `10.77.0.2:7700`.
+    #[arg(long)]
+    pub to: Option<SocketAddr>,
+    /// Local address to send from (default: any, same family as --to).
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+    /// The state database (`SQLite`). Default `diodon-sync.sqlite`.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+    /// Print what the state database knows (files, pending, per-pass
+    /// progress) and exit.
+    #[arg(long)]
+    pub status: bool,
+    /// Times every file and every deletion is sent (the carousel). Default 2.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub passes: Option<u32>,
+    /// Share of the link, in percent, that repeats may take while new or
+    /// changed files wait. Default 50.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub repeat_share: Option<u32>,
+    /// A file is sent once untouched (mtime and ctime) this long (ms). Default 2000.
+    #[arg(long, value_name = "MS")]
+    pub settle: Option<u64>,
+    /// A full rescan this often (ms). Default 30000.
+    #[arg(long, value_name = "MS")]
+    pub rescan: Option<u64>,
+    /// Files being sent at once (small files pass a large one). Default 16.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub in_flight: Option<u64>,
+    /// Reader threads. Default 4.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub readers: Option<u64>,
+    /// Never send files matching this glob (name or relative path);
+    /// repeatable; added to the defaults (`*.tmp`, `.~*`, `*.swp`, `*~`, …).
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+    /// Drop the default ignore globs.
+    #[arg(long)]
+    pub no_default_ignores: bool,
+    /// Follow symbolic links (default: skip them).
+    #[arg(long)]
+    pub follow_symlinks: bool,
+    /// Outbox: once a file went out --passes times, `delete` it or
+    /// `move:DIR` it (same relative path under DIR).
+    #[arg(long, value_name = "delete|move:DIR")]
+    pub after_send: Option<String>,
+    /// Exit once every file and deletion went out --passes times (after a full scan).
+    #[arg(long)]
+    pub once: bool,
+    /// Serve Prometheus metrics over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Keep sending beacons this long after the last channel (ms). Default 750.
+    #[arg(long, value_name = "MS")]
+    pub linger: Option<u64>,
+    /// Never use UDP GSO.
+    #[arg(long)]
+    pub no_gso: bool,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,

@@ -22,8 +22,8 @@ use std::time::Duration;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
-    to: Option<SocketAddr>,
-    bind: Option<SocketAddr>,
+    pub to: Option<SocketAddr>,
+    pub bind: Option<SocketAddr>,
     listen: Option<SocketAddr>,
     tcp_listen: Option<SocketAddr>,
     tcp_connect: Option<SocketAddr>,
@@ -37,7 +37,7 @@ pub struct FileConfig {
     pub metrics: Option<SocketAddr>,
     out: Option<PathBuf>,
     stdout: Option<bool>,
-    once: Option<bool>,
+    pub once: Option<bool>,
     channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
@@ -49,13 +49,37 @@ pub struct FileConfig {
     delta_t: Option<u64>,
     device: Option<String>,
     json: Option<bool>,
-    linger: Option<u64>,
-    no_gso: Option<bool>,
+    pub linger: Option<u64>,
+    pub no_gso: Option<bool>,
     rcvbuf: Option<usize>,
     stall: Option<u64>,
     no_fsync: Option<bool>,
     quarantine_bytes: Option<SizeValue>,
     quarantine_entries: Option<u64>,
+    /// `sync`: source directories.
+    pub sources: Option<Vec<PathBuf>>,
+    /// `sync`: the state database.
+    pub state: Option<PathBuf>,
+    /// `sync`: passes.
+    pub passes: Option<u32>,
+    /// `sync`: repeat share, percent.
+    pub repeat_share: Option<u32>,
+    /// `sync`: settle time, ms.
+    pub settle: Option<u64>,
+    /// `sync`: rescan interval, ms.
+    pub rescan: Option<u64>,
+    /// `sync`: files in flight.
+    pub in_flight: Option<u64>,
+    /// `sync`: reader threads.
+    pub readers: Option<u64>,
+    /// `sync`: ignore globs.
+    pub ignore: Option<Vec<String>>,
+    /// `sync`: no default ignore globs.
+    pub no_default_ignores: Option<bool>,
+    /// `sync`: follow symlinks.
+    pub follow_symlinks: Option<bool>,
+    /// `sync`: outbox mode.
+    pub after_send: Option<String>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command

@@ -3,7 +3,7 @@
 //! to an exit code; it holds no logic a second front end would need.
 //!
 //! ```text
-//!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
+//!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | sync | deltat
 //!              │                                            guard | stats
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
@@ -24,6 +24,7 @@ mod recv;
 mod send;
 mod stats;
 mod stop;
+mod sync;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Command::Send(args) => send::run(&args),
         Command::Recv(args) => recv::run(&args),
+        Command::Sync(args) => sync::run(&args),
         Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),

@@ -89,6 +89,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             udp,
             queue_chunks: 32,
             linger,
+            on_sent: None,
         },
         input,
         metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {

@@ -1,0 +1,467 @@
+//! The scheduler: decides what goes on the link next and keeps the state
+//! database up to date with what went out.
+//!
+//! ```text
+//!  State ─ candidates(passes = 0)  "new and changed" ─┐ share rule: repeats take at most
+//!        ─ candidates(lowest pass) "the carousel"   ─┴► --repeat-share of the bytes while
+//!                                                        new files wait ─► Job ─► readers
+//!  State ─ tombstones ─► manifest channel (deletions, renames) ─► SourceHandle
+//!  inbox ◄─ Started / Done (readers) · SentNotice (core) · ScanDone (scanner)
+//!        ─► State::sent (passes + 1, digest) ─► outbox (delete | move) after the last pass
+//! ```
+//!
+//! At most `in_flight` files are being sent at once (plus one manifest);
+//! every candidate is checked against its row again before it is
+//! dispatched, so a page read before a pass was counted never sends the
+//! same pass twice.
+
+use super::manifest::{Op, Record, MANIFEST_NAME, MAX_RECORDS};
+use super::reader::{Job, ReadResult};
+use super::state::{split, FileRow, State, StateError};
+use super::{AfterSend, Inbox, SyncOptions, SyncStats};
+use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
+use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::time::Duration;
+
+/// Candidates read per query.
+const PAGE: usize = 256;
+
+struct InFlight {
+    row: FileRow,
+    token: Option<u64>,
+    repeat: bool,
+}
+
+/// The scheduler's state (runs on the sync's own thread).
+pub struct Scheduler<'a> {
+    pub(super) state: State,
+    pub(super) opts: &'a SyncOptions,
+    pub(super) stats: &'a SyncStats,
+    pub(super) handle: Option<SourceHandle>,
+    pub(super) jobs: Option<SyncSender<Job>>,
+    inflight: HashMap<String, InFlight>,
+    by_token: HashMap<u64, String>,
+    orphans: HashMap<u64, SentNotice>,
+    manifest: Option<(u64, Vec<(String, i64)>)>,
+    new_page: VecDeque<FileRow>,
+    repeat_page: VecDeque<FileRow>,
+    /// Unix ms of the last candidate query.
+    last_query: Option<u64>,
+    bytes_new: u64,
+    bytes_repeat: u64,
+    scans: u64,
+}
+
+impl<'a> Scheduler<'a> {
+    /// A scheduler over `state`.
+    pub fn new(
+        state: State,
+        opts: &'a SyncOptions,
+        stats: &'a SyncStats,
+        handle: SourceHandle,
+        jobs: SyncSender<Job>,
+    ) -> Self {
+        Scheduler {
+            state,
+            opts,
+            stats,
+            handle: Some(handle),
+            jobs: Some(jobs),
+            inflight: HashMap::new(),
+            by_token: HashMap::new(),
+            orphans: HashMap::new(),
+            manifest: None,
+            new_page: VecDeque::new(),
+            repeat_page: VecDeque::new(),
+            last_query: None,
+            bytes_new: 0,
+            bytes_repeat: 0,
+            scans: 0,
+        }
+    }
+
+    /// Runs until `stop`, or with `once` until every file and every
+    /// deletion went out `passes` times after a full scan.
+    pub fn run(&mut self, inbox: &Receiver<Inbox>, stop: &AtomicBool) -> Result<(), StateError> {
+        let mut gauges_at = 0u64;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            self.dispatch()?;
+            self.maybe_manifest()?;
+            match inbox.recv_timeout(Duration::from_millis(50)) {
+                Ok(msg) => {
+                    self.handle(msg)?;
+                    while let Ok(msg) = inbox.try_recv() {
+                        self.handle(msg)?;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            let now = diodon_io::unix_time_ms();
+            if now.saturating_sub(gauges_at) > 1000 {
+                gauges_at = now;
+                let pending = self.state.pending(self.opts.passes)?;
+                self.stats.pending.store(pending, Ordering::Relaxed);
+            }
+            if self.opts.once && self.done()? {
+                tracing::info!(
+                    "sync done: every file and deletion went out the configured number of times"
+                );
+                break;
+            }
+        }
+        // Readers and the core end when their queues close.
+        self.jobs = None;
+        self.handle = None;
+        Ok(())
+    }
+
+    fn done(&mut self) -> Result<bool, StateError> {
+        Ok(self.scans > 0
+            && self.inflight.is_empty()
+            && self.manifest.is_none()
+            && self.state.pending(self.opts.passes)? == 0
+            && self.state.tombstones(self.opts.passes, 1)?.is_empty())
+    }
+
+    /// Refills the pages from the database (at most every 100 ms when they
+    /// ran dry, so an idle sync does not spin on queries).
+    fn refill(&mut self) -> Result<(), StateError> {
+        if !self.new_page.is_empty() && !self.repeat_page.is_empty() {
+            return Ok(());
+        }
+        let now = diodon_io::unix_time_ms();
+        if self.last_query.is_some_and(|t| now.saturating_sub(t) < 100) {
+            return Ok(());
+        }
+        self.last_query = Some(now);
+        let stable_before =
+            diodon_io::unix_time_ms().cast_signed() - self.opts.settle.as_millis() as i64;
+        if self.new_page.is_empty() {
+            self.new_page = self.state.candidates(0, stable_before, PAGE)?.into();
+        }
+        if self.repeat_page.is_empty() {
+            if let Some(p) = self.state.lowest_pass(self.opts.passes)? {
+                let p = p.max(1);
+                if p < self.opts.passes {
+                    self.repeat_page = self.state.candidates(p, stable_before, PAGE)?.into();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the next file should be a repeat: only when no new file
+    /// waits, or while repeats stay within their share of the bytes.
+    fn repeat_turn(&self) -> bool {
+        if self.new_page.is_empty() {
+            return true;
+        }
+        if self.repeat_page.is_empty() {
+            return false;
+        }
+        let share = self.opts.repeat_share.clamp(0.0, 1.0);
+        (self.bytes_repeat as f64) * (1.0 - share) < (self.bytes_new as f64) * share
+    }
+
+    fn dispatch(&mut self) -> Result<(), StateError> {
+        while self.inflight.len() < self.opts.in_flight {
+            self.refill()?;
+            let repeat = self.repeat_turn();
+            let page = if repeat {
+                &mut self.repeat_page
+            } else {
+                &mut self.new_page
+            };
+            let Some(cand) = page.pop_front() else { break };
+            let key = cand.path();
+            if self.inflight.contains_key(&key) {
+                continue;
+            }
+            // The row as it is now: a page may be older than a pass.
+            let Some(row) = self.state.current(&cand.parent, &cand.name)? else {
+                continue;
+            };
+            if row.passes != cand.passes || row.passes >= self.opts.passes {
+                continue;
+            }
+            let Some(path) = self.opts.disk_path(&key) else {
+                continue;
+            };
+            let Some(jobs) = &self.jobs else { break };
+            let job = Job {
+                row: row.clone(),
+                path,
+            };
+            match jobs.try_send(job) {
+                Ok(()) => {
+                    self.inflight.insert(
+                        key,
+                        InFlight {
+                            row,
+                            token: None,
+                            repeat: cand.passes > 0,
+                        },
+                    );
+                }
+                Err(TrySendError::Full(_)) => {
+                    // Readers are busy: put it back and wait.
+                    let page = if repeat {
+                        &mut self.repeat_page
+                    } else {
+                        &mut self.new_page
+                    };
+                    page.push_front(cand);
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, msg: Inbox) -> Result<(), StateError> {
+        match msg {
+            Inbox::Started { token, key } => {
+                if let Some(f) = self.inflight.get_mut(&key) {
+                    f.token = Some(token);
+                    self.by_token.insert(token, key);
+                }
+                if let Some(n) = self.orphans.remove(&token) {
+                    self.sent(n)?;
+                }
+            }
+            Inbox::Done { key, result } => self.read_done(&key, result)?,
+            Inbox::Sent(n) => self.sent(n)?,
+            Inbox::ScanDone => self.scans += 1,
+        }
+        Ok(())
+    }
+
+    fn read_done(&mut self, key: &str, result: ReadResult) -> Result<(), StateError> {
+        let now = diodon_io::unix_time_ms().cast_signed();
+        let (parent, name) = split(key);
+        let add = |a: &std::sync::atomic::AtomicU64| a.fetch_add(1, Ordering::Relaxed);
+        match result {
+            ReadResult::Finished | ReadResult::Closed => return Ok(()),
+            ReadResult::Vanished => {
+                add(&self.stats.vanished);
+                self.state.mark_deleted(parent, name, now)?;
+            }
+            ReadResult::Changed(row) => {
+                add(&self.stats.changed_while_sent);
+                self.state.upsert(&row)?;
+            }
+            ReadResult::Unstable(touched) => {
+                add(&self.stats.unsettled);
+                self.state.touch(parent, name, touched)?;
+            }
+            ReadResult::Unreadable(why) => {
+                add(&self.stats.unreadable);
+                tracing::error!(path = %key, "cannot send: {why}");
+                self.state.set_error(parent, name, &why)?;
+            }
+        }
+        if let Some(f) = self.inflight.remove(key) {
+            if let Some(t) = f.token {
+                self.by_token.remove(&t);
+            }
+        }
+        Ok(())
+    }
+
+    fn sent(&mut self, n: SentNotice) -> Result<(), StateError> {
+        if let Some((token, records)) = &self.manifest {
+            if *token == n.token {
+                if n.status == SentStatus::Sent {
+                    for (path, deleted_ms) in records {
+                        self.state
+                            .tombstone_sent(path, *deleted_ms, self.opts.passes)?;
+                    }
+                    self.stats.manifests.fetch_add(1, Ordering::Relaxed);
+                }
+                self.manifest = None;
+                return Ok(());
+            }
+        }
+        let Some(key) = self.by_token.remove(&n.token) else {
+            self.orphans.insert(n.token, n);
+            return Ok(());
+        };
+        let Some(f) = self.inflight.remove(&key) else {
+            return Ok(());
+        };
+        let row = f.row;
+        match (&n.status, n.digest) {
+            (SentStatus::Sent, Some(digest)) => {
+                let now = diodon_io::unix_time_ms().cast_signed();
+                let passes = self.state.sent(
+                    &row.parent,
+                    &row.name,
+                    row.size,
+                    row.mtime_ns,
+                    &digest,
+                    now,
+                )?;
+                let s = self.stats;
+                if f.repeat {
+                    s.files_repeat.fetch_add(1, Ordering::Relaxed);
+                    s.bytes_repeat.fetch_add(n.bytes, Ordering::Relaxed);
+                    self.bytes_repeat += n.bytes;
+                } else {
+                    s.files_new.fetch_add(1, Ordering::Relaxed);
+                    s.bytes_new.fetch_add(n.bytes, Ordering::Relaxed);
+                    self.bytes_new += n.bytes;
+                }
+                if passes.is_some_and(|p| p >= self.opts.passes) {
+                    self.after_last_pass(&row)?;
+                }
+            }
+            (SentStatus::Refused(why), _) => {
+                tracing::error!(path = %key, "refused by the sender core: {why}");
+                self.stats.unreadable.fetch_add(1, Ordering::Relaxed);
+                self.state.set_error(&row.parent, &row.name, why)?;
+            }
+            _ => {
+                self.stats.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Outbox mode: the file went out `passes` times; take it away.
+    fn after_last_pass(&mut self, row: &FileRow) -> Result<(), StateError> {
+        let Some(after) = &self.opts.after_send else {
+            return Ok(());
+        };
+        let key = row.path();
+        let Some(path) = self.opts.disk_path(&key) else {
+            return Ok(());
+        };
+        // Only the version that was sent goes.
+        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.len() == row.size
+                && m.mtime() * 1_000_000_000 + m.mtime_nsec() == row.mtime_ns
+                && m.ino() == row.ino
+        });
+        if !same {
+            return Ok(());
+        }
+        self.state.outboxed(&row.parent, &row.name)?;
+        let result = match after {
+            AfterSend::Delete => std::fs::remove_file(&path),
+            AfterSend::Move(dir) => move_into(&path, dir, &key),
+        };
+        match result {
+            Ok(()) => {
+                self.stats.outbox_done.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(path = %key, "outbox: sent {} times, taken away", self.opts.passes);
+            }
+            Err(e) => {
+                self.stats.outbox_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(path = %key, "outbox: cannot take it away: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Announces pending deletions and renames in one manifest channel
+    /// (one at a time).
+    fn maybe_manifest(&mut self) -> Result<(), StateError> {
+        if self.manifest.is_some() || self.handle.is_none() {
+            return Ok(());
+        }
+        let tombs = self.state.tombstones(self.opts.passes, MAX_RECORDS)?;
+        if tombs.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        let mut records = Vec::with_capacity(tombs.len());
+        let mut pass = u32::MAX;
+        for t in &tombs {
+            let renamed = self.state.renamed_to(t)?;
+            let (op, from, path) = match renamed {
+                Some(to) => (Op::Rename, Some(t.path.clone()), to),
+                None => (Op::Delete, None, t.path.clone()),
+            };
+            if op == Op::Rename {
+                self.stats.renames.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.deletions.fetch_add(1, Ordering::Relaxed);
+            }
+            pass = pass.min(t.del_passes + 1);
+            Record {
+                op,
+                from,
+                path,
+                size: t.size,
+                mtime_sec: t.mtime_ns.div_euclid(1_000_000_000),
+                mtime_nsec: t.mtime_ns.rem_euclid(1_000_000_000) as u32,
+                first_seen_ms: t.deleted_ms,
+                pass: t.del_passes + 1,
+            }
+            .write_line(&mut bytes);
+            records.push((t.path.clone(), t.deleted_ms));
+        }
+        let Some(handle) = &self.handle else {
+            return Ok(());
+        };
+        let meta = ChannelMeta {
+            kind: ChannelKind::Manifest,
+            size: Some(bytes.len() as u64),
+            mode: 0o600,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            name: MANIFEST_NAME.into(),
+            sync: Some(SyncInfo {
+                first_seen_unix_ms: diodon_io::unix_time_ms(),
+                pass: u16::try_from(pass).unwrap_or(u16::MAX),
+                digest: None,
+            }),
+        };
+        let Ok(token) = handle.open(meta) else {
+            return Ok(());
+        };
+        for chunk in bytes.chunks(CHUNK) {
+            if handle.data(token, chunk.to_vec()).is_err() {
+                return Ok(());
+            }
+        }
+        if handle.finish(token).is_err() {
+            return Ok(());
+        }
+        tracing::info!(
+            records = records.len(),
+            "manifest of deletions and renames queued"
+        );
+        self.manifest = Some((token, records));
+        // A notice that came before the token was recorded.
+        if let Some(n) = self.orphans.remove(&token) {
+            self.sent(n)?;
+        }
+        Ok(())
+    }
+}
+
+/// Moves `path` to `dir/rel`, making directories; across filesystems by copy.
+fn move_into(path: &std::path::Path, dir: &std::path::Path, rel: &str) -> std::io::Result<()> {
+    let dest: PathBuf = dir.join(rel);
+    if let Some(p) = dest.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    match std::fs::rename(path, &dest) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            std::fs::copy(path, &dest)?;
+            std::fs::remove_file(path)
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,227 @@
+//! `diodon sync`: flags and the TOML file become [`SyncOptions`]; the
+//! library runs the sync; the summary is printed. `--status` reads the
+//! state database and prints what it knows.
+//!
+//! ```text
+//!  SyncArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, ScanOptions ─► sync::run_sync
+//!                                   ─► SyncSummary ─► stderr text, --json stdout, exit code
+//!  --status ─► sync::status(state) ─► text | --json
+//! ```
+
+use crate::args::SyncArgs;
+use crate::config::{pick, FileConfig, Link};
+use crate::fatal::Fatal;
+use crate::stop::stop_flag;
+use anyhow::{anyhow, Context};
+use diodon_apps::report::Exit;
+use diodon_apps::sync::scan::{Root, ScanOptions};
+use diodon_apps::sync::{run_sync, status, AfterSend, SyncOptions};
+use diodon_apps::SendOptions;
+use diodon_io::UdpConfig;
+use diodon_proto::SenderConfig;
+use globset::{Glob, GlobSetBuilder};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Temporary files never sent unless `--no-default-ignores`.
+pub const DEFAULT_IGNORES: &[&str] = &[
+    "*.tmp",
+    "*.temp",
+    "*.part",
+    "*.partial",
+    "*.crdownload",
+    ".~*",
+    "~$*",
+    "*~",
+    ".#*",
+    "*.swp",
+    "*.swx",
+    ".*.sw?",
+];
+
+/// Runs `diodon sync`.
+pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
+    let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
+    let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
+    let state = pick(args.state.as_ref(), file.state.as_ref())
+        .unwrap_or_else(|| PathBuf::from("diodon-sync.sqlite"));
+    let passes = args.passes.or(file.passes).unwrap_or(2);
+    if args.status {
+        return print_status(&state, passes, link.json);
+    }
+    let to = pick(args.to.as_ref(), file.to.as_ref())
+        .context("--to ADDR is required")
+        .map_err(Fatal::config)?;
+    let paths = if args.paths.is_empty() {
+        file.sources.clone().unwrap_or_default()
+    } else {
+        args.paths.clone()
+    };
+    let roots = roots(&paths).map_err(Fatal::config)?;
+    let config = SenderConfig {
+        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
+        block_symbols: link.block,
+        repair: link.repair,
+        interleave_depth: link.interleave,
+        rate: link.rate,
+        per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
+        integrity: link.integrity.clone(),
+        delta_t: link.delta_t,
+        beacon_interval: link.beacon,
+        ..SenderConfig::default()
+    };
+    config.validate().map_err(|e| Fatal::config(e.into()))?;
+    let bind = pick(args.bind.as_ref(), file.bind.as_ref()).unwrap_or_else(|| any_addr(to));
+    let mut udp = UdpConfig::new(bind);
+    udp.device.clone_from(&link.device);
+    udp.sndbuf = Some(4 << 20);
+    udp.gso = !(args.no_gso || file.no_gso.unwrap_or(false));
+    let after_send = pick(args.after_send.as_ref(), file.after_send.as_ref())
+        .map(|s| s.parse::<AfterSend>())
+        .transpose()
+        .map_err(|e| Fatal::config(anyhow!("--after-send {e}")))?;
+    let ms = |flag: Option<u64>, key: Option<u64>, default: u64| {
+        Duration::from_millis(flag.or(key).unwrap_or(default))
+    };
+    let opts = SyncOptions {
+        send: SendOptions {
+            config,
+            dest: to,
+            udp,
+            queue_chunks: 32,
+            linger: ms(args.linger, file.linger, 750),
+            on_sent: None,
+        },
+        scan: ScanOptions {
+            roots,
+            ignore: ignores(args, &file, &state).map_err(Fatal::config)?,
+            follow_symlinks: args.follow_symlinks || file.follow_symlinks.unwrap_or(false),
+            batch: 2000,
+        },
+        state,
+        passes,
+        repeat_share: f64::from(args.repeat_share.or(file.repeat_share).unwrap_or(50)) / 100.0,
+        settle: ms(args.settle, file.settle, 2000),
+        rescan: ms(args.rescan, file.rescan, 30_000),
+        in_flight: args.in_flight.or(file.in_flight).unwrap_or(16) as usize,
+        readers: args.readers.or(file.readers).unwrap_or(4) as usize,
+        after_send,
+        once: args.once || file.once.unwrap_or(false),
+        metrics: pick(args.metrics.as_ref(), file.metrics.as_ref())
+            .map(|a| (a, to.ip(), link.device.clone())),
+    };
+    let stop = stop_flag();
+    let summary = run_sync(opts, &stop, |_, _| {}).map_err(|e| Fatal(Exit::Io, e.into()))?;
+    let s = &summary.sync;
+    eprintln!(
+        "sync: {} scans, {} files sent first, {} repeated ({:.1} MB + {:.1} MB), {} deletions and {} renames announced, {} vanished, {} unreadable, {} outbox; {} files known, {} pending",
+        s.scans,
+        s.files_new,
+        s.files_repeat,
+        s.bytes_new as f64 / 1e6,
+        s.bytes_repeat as f64 / 1e6,
+        s.deletions,
+        s.renames,
+        s.vanished,
+        s.unreadable,
+        s.outbox_done,
+        summary.status.files,
+        summary.status.pending,
+    );
+    if link.json {
+        println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    }
+    Ok(if stop.load(Ordering::Relaxed) {
+        Exit::Interrupted
+    } else if s.unreadable > 0 || s.outbox_errors > 0 {
+        Exit::ChannelFailed
+    } else {
+        Exit::Success
+    })
+}
+
+fn print_status(state: &std::path::Path, passes: u32, json: bool) -> Result<Exit, Fatal> {
+    let st = status(state, passes)
+        .with_context(|| format!("reading {}", state.display()))
+        .map_err(Fatal::io)?;
+    if json {
+        println!("{}", serde_json::to_string(&st).unwrap_or_default());
+    } else {
+        println!(
+            "files {} ({:.1} MB), pending {} (sent fewer than {passes} times), deletions pending {}, errors {}",
+            st.files,
+            st.bytes as f64 / 1e6,
+            st.pending,
+            st.deletions_pending,
+            st.errors
+        );
+        for (p, n) in st.by_passes.iter().enumerate() {
+            let more = if p == passes as usize { "+" } else { "" };
+            println!("  sent {p}{more} times: {n}");
+        }
+        println!(
+            "scans {}, last scan at Unix ms {}",
+            st.scans, st.last_scan_ms
+        );
+    }
+    Ok(Exit::Success)
+}
+
+/// Each source directory, named by its last component (unique).
+fn roots(paths: &[PathBuf]) -> anyhow::Result<Vec<Root>> {
+    if paths.is_empty() {
+        return Err(anyhow!("nothing to sync: give source directories"));
+    }
+    let mut roots: Vec<Root> = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            return Err(anyhow!("{}: sync takes directories", p.display()));
+        }
+        let base = p
+            .canonicalize()
+            .ok()
+            .and_then(|c| c.file_name().and_then(|n| n.to_str()).map(str::to_owned))
+            .ok_or_else(|| anyhow!("{}: its name is not UTF-8", p.display()))?;
+        if roots.iter().any(|r| r.base == base) {
+            return Err(anyhow!("two sources are both named {base:?}"));
+        }
+        roots.push(Root {
+            path: p.clone(),
+            base,
+        });
+    }
+    Ok(roots)
+}
+
+/// The ignore globs: defaults, the state database's own files, the flags.
+fn ignores(
+    args: &SyncArgs,
+    file: &FileConfig,
+    state: &std::path::Path,
+) -> anyhow::Result<globset::GlobSet> {
+    let mut b = GlobSetBuilder::new();
+    if !(args.no_default_ignores || file.no_default_ignores.unwrap_or(false)) {
+        for g in DEFAULT_IGNORES {
+            b.add(Glob::new(g)?);
+        }
+    }
+    if let Some(name) = state.file_name().and_then(|n| n.to_str()) {
+        let escaped = globset::escape(name);
+        b.add(Glob::new(&format!("{escaped}*"))?);
+    }
+    for g in args.ignore.iter().chain(file.ignore.iter().flatten()) {
+        b.add(Glob::new(g).with_context(|| format!("--ignore {g}"))?);
+    }
+    Ok(b.build()?)
+}
+
+/// The unspecified address of `like`'s family.
+fn any_addr(like: SocketAddr) -> SocketAddr {
+    if like.is_ipv6() {
+        SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+    } else {
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+    }
+}
