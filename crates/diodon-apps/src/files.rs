@@ -20,6 +20,7 @@
 //! that fails for lack of room frees its space (its bytes are never kept),
 //! so the next file that fits is delivered.
 
+use crate::mirror::{keep_digest, AuditRecord, Mirror, MirrorOptions, MirrorStats};
 use crate::names::{escape, fits_under, sanitize, SafePath};
 use crate::quarantine::{Evicted, Item, Placed, Quarantine, Record};
 pub use crate::quarantine::{QuarantineBytes, QuarantineLimits, QUARANTINE};
@@ -27,7 +28,7 @@ use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdic
 use crate::send::{Closed, SourceHandle, CHUNK};
 use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use diodon_proto::{ChannelKind, ChannelMeta};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -236,12 +237,14 @@ pub enum OutDirError {
 }
 
 /// How the file sink writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSinkOptions {
     /// fsync each file before the rename (and its directory after).
     pub fsync: bool,
     /// Bounds of the quarantine folder.
     pub quarantine: QuarantineLimits,
+    /// Sync mirror: deletions, audit log.
+    pub mirror: MirrorOptions,
 }
 
 impl Default for FileSinkOptions {
@@ -249,6 +252,7 @@ impl Default for FileSinkOptions {
         FileSinkOptions {
             fsync: true,
             quarantine: QuarantineLimits::default(),
+            mirror: MirrorOptions::default(),
         }
     }
 }
@@ -285,6 +289,8 @@ pub struct FileSinkStats {
     pub quarantine_entries: AtomicU64,
     /// See [`FileSinkCounters::quarantine_bytes`].
     pub quarantine_bytes: AtomicU64,
+    /// The mirror's counters (files present, deleted, availability).
+    pub mirror: MirrorStats,
 }
 
 impl FileSinkStats {
@@ -326,6 +332,8 @@ struct Staged {
     error: Option<SinkFailure>,
     /// Failed for lack of room: its bytes were removed and are never kept.
     no_space: bool,
+    /// When its channel-open reached the sink, Unix ms.
+    opened_ms: u64,
 }
 
 /// Writes channels as files under an output directory (see module doc).
@@ -338,7 +346,16 @@ pub struct FileSink {
     known: HashMap<ChannelKey, String>,
     fsync: bool,
     stats: Arc<FileSinkStats>,
+    mirror: Mirror,
+    /// Channels skipped because the file is here already, for the decoder.
+    skips: Vec<ChannelKey>,
+    /// Recently skipped channels: their stray verdicts are ignored.
+    skipped: HashSet<ChannelKey>,
+    skipped_order: VecDeque<ChannelKey>,
 }
+
+/// Skipped channels remembered (a verdict may cross the skip).
+const SKIPPED_KEPT: usize = 4096;
 
 impl std::fmt::Debug for Staged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -400,6 +417,8 @@ impl FileSink {
             Quarantine::open(quarantine, max_bytes, opts.quarantine.max_entries)
                 .map_err(io_err(&out.join(QUARANTINE)))?;
         stats.quarantine(&quarantine, evicted);
+        let mirror_stats = Arc::new(MirrorStats::default());
+        let mirror = Mirror::new(out, &opts.mirror, mirror_stats).map_err(io_err(out))?;
         tracing::info!(
             max_bytes,
             max_entries = opts.quarantine.max_entries,
@@ -416,7 +435,100 @@ impl FileSink {
             known: HashMap::new(),
             fsync: opts.fsync,
             stats,
+            mirror,
+            skips: Vec::new(),
+            skipped: HashSet::new(),
+            skipped_order: VecDeque::new(),
         })
+    }
+
+    /// A sync file announced with a size, mtime and digest this folder
+    /// already holds: not written again, the core drops its channel.
+    fn already_present(&mut self, key: ChannelKey, meta: &ChannelMeta) -> Option<ChannelOutcome> {
+        if meta.kind != ChannelKind::File {
+            return None;
+        }
+        let sync = meta.sync?;
+        let digest = sync.digest?;
+        let rel = sanitize(&meta.name).ok()?;
+        if !self.mirror.present(&rel, meta) {
+            return None;
+        }
+        let location = self.out.join(rel.as_path());
+        let blake3 = hex::encode(digest);
+        let now = diodon_io::unix_time_ms();
+        self.mirror.skipped(&AuditRecord {
+            at_ms: now,
+            path: meta.name.clone(),
+            size: meta.size.unwrap_or(0),
+            blake3: blake3.clone(),
+            session: key.session.to_string(),
+            channel: key.channel.0,
+            opened_ms: now,
+            first_seen_ms: sync.first_seen_unix_ms,
+            pass: sync.pass,
+            verdict: "present",
+            ..AuditRecord::default()
+        });
+        self.mirror_stats_sync();
+        self.skips.push(key);
+        if self.skipped_order.len() == SKIPPED_KEPT {
+            if let Some(old) = self.skipped_order.pop_front() {
+                self.skipped.remove(&old);
+            }
+        }
+        self.skipped.insert(key);
+        self.skipped_order.push_back(key);
+        Some(ChannelOutcome {
+            session: key.session.to_string(),
+            channel: key.channel.0,
+            name: meta.name.clone(),
+            bytes: meta.size.unwrap_or(0),
+            location: format!("already present: {}", location.display()),
+            verdict: Verdict::Verified { blake3 },
+        })
+    }
+
+    /// Copies the mirror's counters into the shared stats.
+    fn mirror_stats_sync(&self) {
+        let from = self.mirror.stats();
+        let to = &self.stats.mirror;
+        for (a, b) in [
+            (&from.verified, &to.verified),
+            (&from.failed, &to.failed),
+            (&from.present, &to.present),
+            (&from.deleted, &to.deleted),
+            (&from.renamed, &to.renamed),
+            (&from.not_applied, &to.not_applied),
+            (&from.purged, &to.purged),
+            (&from.avail_1s, &to.avail_1s),
+            (&from.avail_10s, &to.avail_10s),
+            (&from.avail_60s, &to.avail_60s),
+            (&from.avail_600s, &to.avail_600s),
+            (&from.avail_count, &to.avail_count),
+            (&from.avail_ms_sum, &to.avail_ms_sum),
+            (&from.avail_ms_max, &to.avail_ms_max),
+            (&from.audit_errors, &to.audit_errors),
+        ] {
+            b.store(a.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
+    /// The audit record of a staged file.
+    fn audit_record(key: ChannelKey, st: &Staged, verdict: &'static str) -> AuditRecord {
+        let sync = st.meta.sync;
+        AuditRecord {
+            at_ms: diodon_io::unix_time_ms(),
+            path: st.name.clone(),
+            size: st.meta.size.unwrap_or(st.written),
+            session: key.session.to_string(),
+            channel: key.channel.0,
+            opened_ms: st.opened_ms,
+            first_seen_ms: sync.map_or(0, |s| s.first_seen_unix_ms),
+            pass: sync.map_or(0, |s| s.pass),
+            verdict,
+            ..AuditRecord::default()
+        }
     }
 
     /// Whether `size` more bytes fit on the output filesystem beside what
@@ -462,6 +574,7 @@ impl FileSink {
             written: 0,
             error: refused,
             no_space: false,
+            opened_ms: diodon_io::unix_time_ms(),
         };
         let result = if staged.error.is_none() {
             self.prepare(&mut staged)
@@ -487,6 +600,12 @@ impl FileSink {
     fn prepare(&self, st: &mut Staged) -> Result<(), SinkFailure> {
         if let Some(rel) = &st.rel {
             fits_under(&self.out, rel).map_err(SinkFailure::Name)?;
+        }
+        if st.meta.kind == ChannelKind::Manifest {
+            let size = st.meta.size.unwrap_or(u64::MAX);
+            if size > crate::sync::manifest::MAX_MANIFEST_BYTES {
+                return Err(SinkFailure::ManifestTooLarge(size));
+            }
         }
         if let Some(size) = st.meta.size {
             self.check_room(size)?;
@@ -546,36 +665,74 @@ impl FileSink {
         let rel = st.rel.clone();
         let result = match (&st.error, &rel) {
             (Some(e), _) => Err(e.clone()),
-            (None, None) => Err(SinkFailure::UnsafeName),
-            (None, Some(_)) if st.written != bytes => Err(SinkFailure::Length {
+            (None, _) if st.written != bytes => Err(SinkFailure::Length {
                 written: st.written,
                 bytes,
             }),
-            (None, Some(rel)) => self.commit(&mut st, rel),
+            // A manifest's name is a label: nothing is placed under it.
+            (None, _) if st.meta.kind == ChannelKind::Manifest => self.apply_manifest(key, &mut st),
+            (None, None) => Err(SinkFailure::UnsafeName),
+            (None, Some(rel)) => self
+                .commit(&mut st, rel, &digest)
+                .map(|p| p.display().to_string()),
         };
-        Some(match result {
-            Ok(path) => ChannelOutcome {
-                session: key.session.to_string(),
-                channel: key.channel.0,
-                name: st.name,
-                bytes,
-                location: path.display().to_string(),
-                verdict: Verdict::Verified {
-                    blake3: hex::encode(digest),
-                },
-            },
+        let blake3 = hex::encode(digest);
+        let outcome = match result {
+            Ok(location) => {
+                let mut rec = Self::audit_record(key, &st, "verified");
+                rec.blake3.clone_from(&blake3);
+                rec.verified_ms = diodon_io::unix_time_ms();
+                rec.reason.clone_from(&location);
+                if st.meta.kind != ChannelKind::Manifest {
+                    self.mirror.verified(rec);
+                }
+                ChannelOutcome {
+                    session: key.session.to_string(),
+                    channel: key.channel.0,
+                    name: st.name,
+                    bytes,
+                    location,
+                    verdict: Verdict::Verified { blake3 },
+                }
+            }
             Err(why) => {
                 if why.is_no_space() && !st.no_space {
                     out_of_room(&self.stats, key, &mut st, &why);
                 }
                 self.quarantine(key, st, &why.to_string())
             }
-        })
+        };
+        self.mirror_stats_sync();
+        Some(outcome)
+    }
+
+    /// A verified manifest: its records are applied; nothing is placed.
+    fn apply_manifest(&mut self, key: ChannelKey, st: &mut Staged) -> Result<String, SinkFailure> {
+        drop(st.file.take());
+        let bytes = fs::read(&st.tmp).map_err(SinkFailure::file(FileOp::Write))?;
+        let _ = fs::remove_file(&st.tmp);
+        let base = Self::audit_record(key, st, "manifest");
+        let done = self
+            .mirror
+            .apply(&bytes, &base)
+            .map_err(|e| SinkFailure::Manifest(e.to_string()))?;
+        tracing::info!(%key, "{done}");
+        Ok(done)
     }
 
     /// fsync, permissions, mtime, rename into place, fsync the directory.
-    fn commit(&self, st: &mut Staged, rel: &SafePath) -> Result<PathBuf, SinkFailure> {
+    /// A sync file keeps its digest as an extended attribute, so a later
+    /// pass recognises it without reading it.
+    fn commit(
+        &self,
+        st: &mut Staged,
+        rel: &SafePath,
+        digest: &[u8; 32],
+    ) -> Result<PathBuf, SinkFailure> {
         let file = st.file.take().ok_or(SinkFailure::NoStagingFile)?;
+        if st.meta.sync.is_some() {
+            keep_digest(&file, digest);
+        }
         if self.fsync {
             file.sync_all().map_err(SinkFailure::file(FileOp::Fsync))?;
         }
@@ -609,6 +766,10 @@ impl FileSink {
     /// within the quota unless it failed for lack of room) and counts what
     /// that did.
     fn quarantine(&mut self, key: ChannelKey, st: Staged, why: &str) -> ChannelOutcome {
+        let mut rec = Self::audit_record(key, &st, "failed");
+        why.clone_into(&mut rec.reason);
+        self.mirror.failed(&rec);
+        self.mirror_stats_sync();
         drop(st.file);
         let stem = st
             .rel
@@ -652,8 +813,15 @@ impl FileSink {
 }
 
 impl Sink for FileSink {
+    fn skipped(&mut self) -> Vec<ChannelKey> {
+        std::mem::take(&mut self.skips)
+    }
+
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         crate::stream::refuse_datagrams(meta)?;
+        if meta.kind == ChannelKind::Manifest {
+            return Ok(());
+        }
         sanitize(&meta.name)
             .map(|_| ())
             .map_err(Refusal::UnsafeName)
@@ -661,12 +829,22 @@ impl Sink for FileSink {
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
         match event {
-            SinkEvent::Opened { key, meta } => self.start(key, meta, None).map(|()| None),
+            SinkEvent::Opened { key, meta } => {
+                if let Some(outcome) = self.already_present(key, &meta) {
+                    return Ok(Some(outcome));
+                }
+                self.start(key, meta, None).map(|()| None)
+            }
             SinkEvent::Refused { key, meta, why } => {
                 let _ = self.start(key, meta, Some(why.into()));
                 Ok(None)
             }
             SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
+            SinkEvent::Failed { key, .. } | SinkEvent::Complete { key, .. }
+                if self.skipped.contains(&key) =>
+            {
+                Ok(None)
+            }
             SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
             SinkEvent::Failed { key, reason } => {
                 let why = reason.to_string();
@@ -686,12 +864,18 @@ impl Sink for FileSink {
                         written: 0,
                         error: None,
                         no_space: false,
+                        opened_ms: 0,
                     };
                     Ok(Some(self.quarantine(key, st, &why)))
                 }
             }
         }
     }
+}
+
+/// Creates the directories above `rel` under `root` (see [`ensure_dirs`]).
+pub(crate) fn ensure_parent(root: &Path, rel: &SafePath) -> Result<(), SinkFailure> {
+    ensure_dirs(root, rel.as_path().parent().unwrap_or(Path::new("")))
 }
 
 /// A file failed for lack of room: its partial bytes go now (not when

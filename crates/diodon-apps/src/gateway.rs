@@ -273,6 +273,7 @@ pub fn run_recv(
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
     summary.udp_forward = forward.map(|f| f.snapshot());
+    summary.mirror = file_stats.as_ref().map(|f| f.mirror.snapshot());
     summary.file_sink = file_stats.map(|f| f.snapshot());
     Ok(summary)
 }

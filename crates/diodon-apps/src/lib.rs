@@ -26,6 +26,8 @@
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
+//! [`mirror`] (a sync receiver: files already present, manifests, the
+//! deleted folder, availability time, the audit log),
 //! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
 //! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`] (UDP flows as datagram
 //! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
@@ -39,6 +41,7 @@ pub mod gateway;
 pub mod guard;
 pub mod link;
 pub mod metrics;
+pub mod mirror;
 pub mod names;
 pub mod nft;
 pub mod quarantine;

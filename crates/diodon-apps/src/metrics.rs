@@ -262,6 +262,7 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             }
             if let Some(f) = files {
                 own(out, &f.snapshot());
+                own(out, &f.mirror.snapshot());
             }
         }
     }

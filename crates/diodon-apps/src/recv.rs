@@ -172,6 +172,22 @@ pub trait Sink: Send + 'static {
     /// Handles one event. An `Err` fails the channel; an outcome is the
     /// channel's final verdict.
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError>;
+
+    /// Channels the sink decided since the last call that the core should
+    /// drop without a verdict (a sync receiver that already holds the
+    /// file): their outcome was already returned.
+    fn skipped(&mut self) -> Vec<ChannelKey> {
+        Vec::new()
+    }
+}
+
+/// What the writer thread tells the decoder about a channel.
+#[derive(Debug)]
+enum SinkSignal {
+    /// The sink failed the channel: the core fails it.
+    Fail(SinkError),
+    /// The sink already holds the channel's file: the core drops it.
+    Skip(ChannelKey),
 }
 
 /// How to run the receiver.
@@ -298,7 +314,7 @@ pub fn run_receiver<S: Sink>(
     let (pool_tx, pool_rx) = mpsc::sync_channel::<NetBatch>(opts.queue_batches.max(1));
     let (ev_tx, ev_rx) = mpsc::sync_channel::<SinkEvent>(opts.event_queue.max(1));
     // Bounded by the number of channels in flight: at most one per channel.
-    let (fail_tx, fail_rx) = mpsc::channel::<SinkError>();
+    let (fail_tx, fail_rx) = mpsc::channel::<SinkSignal>();
 
     let net_stop = Arc::clone(stop);
     let net_progress = Arc::clone(progress);
@@ -427,7 +443,7 @@ fn net_loop(
 fn writer_loop<S: Sink>(
     mut sink: S,
     rx: &Rx<SinkEvent>,
-    fail: &mpsc::Sender<SinkError>,
+    fail: &mpsc::Sender<SinkSignal>,
     progress: &RecvProgress,
 ) -> Vec<ChannelOutcome> {
     let mut outcomes = Vec::new();
@@ -451,8 +467,11 @@ fn writer_loop<S: Sink>(
                 tracing::warn!("{e}");
                 // The decoder may be gone at shutdown; the sink already
                 // recorded the failure then.
-                let _ = fail.send(e);
+                let _ = fail.send(SinkSignal::Fail(e));
             }
+        }
+        for key in sink.skipped() {
+            let _ = fail.send(SinkSignal::Skip(key));
         }
     }
     outcomes
@@ -487,7 +506,7 @@ impl Decoder {
         expect: Option<u64>,
         net: &Rx<NetBatch>,
         pool: &SyncSender<NetBatch>,
-        fails: &Rx<SinkError>,
+        fails: &Rx<SinkSignal>,
         stop: &AtomicBool,
     ) -> Result<(), PipelineError> {
         loop {
@@ -520,9 +539,21 @@ impl Decoder {
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             self.last_now = core_now;
-            while let Ok(e) = fails.try_recv() {
-                if Some(e.key.session) == self.core.session_id() {
-                    self.core.reject_channel(e.key.channel, e.why);
+            while let Ok(signal) = fails.try_recv() {
+                match signal {
+                    SinkSignal::Fail(e) if Some(e.key.session) == self.core.session_id() => {
+                        self.core.reject_channel(e.key.channel, e.why);
+                    }
+                    SinkSignal::Skip(key) => {
+                        // Its outcome came from the sink: decided, unless
+                        // the core had decided it already.
+                        if Some(key.session) == self.core.session_id()
+                            && self.core.skip_channel(key.channel)
+                        {
+                            self.decided += 1;
+                        }
+                    }
+                    SinkSignal::Fail(_) => {}
                 }
             }
             self.core.handle_timeout(core_now);

@@ -275,6 +275,10 @@ pub struct RecvSummary {
     /// evictions and levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_sink: Option<FileSinkCounters>,
+    /// With `--out`: the mirror's decisions (files present, deleted,
+    /// renamed; availability times).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<crate::mirror::MirrorCounters>,
 }
 
 impl RecvSummary {
@@ -310,6 +314,7 @@ impl RecvSummary {
             kernel,
             udp_forward: None,
             file_sink: None,
+            mirror: None,
         }
     }
 

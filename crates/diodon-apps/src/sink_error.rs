@@ -36,6 +36,9 @@ pub enum Refusal {
     /// A datagram channel reached a sink for byte streams.
     #[error("a datagram channel (UDP flow) needs a --udp-forward receiver")]
     DatagramsNeedUdpForward,
+    /// A sync manifest reached a sink that holds no mirrored tree.
+    #[error("a sync manifest needs a receiver with --out DIR")]
+    ManifestNeedsOut,
     /// A byte stream reached the UDP forwarder.
     #[error("--udp-forward takes only datagram channels, not {0:?}")]
     NotDatagrams(ChannelKind),
@@ -134,6 +137,12 @@ pub enum SinkFailure {
     /// The name could not be made a safe path.
     #[error("unsafe name")]
     UnsafeName,
+    /// A sync manifest larger than the receiver holds.
+    #[error("a manifest of {0} bytes is larger than the {max} bytes a receiver holds", max = crate::sync::manifest::MAX_MANIFEST_BYTES)]
+    ManifestTooLarge(u64),
+    /// A verified manifest that is not JSON Lines of known records.
+    #[error("{0}")]
+    Manifest(String),
     /// The destination has no parent directory.
     #[error("no parent directory")]
     NoParent,

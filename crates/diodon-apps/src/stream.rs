@@ -107,6 +107,16 @@ pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), Refusal> {
     }
 }
 
+/// Byte sinks (stdout, TCP) take streams and files, not sync manifests.
+fn refuse_manifests(meta: &ChannelMeta) -> Result<(), Refusal> {
+    refuse_datagrams(meta)?;
+    if meta.kind == diodon_proto::ChannelKind::Manifest {
+        Err(Refusal::ManifestNeedsOut)
+    } else {
+        Ok(())
+    }
+}
+
 /// Writes the (single) stream to stdout; a second concurrent channel is
 /// refused.
 #[derive(Debug, Default)]
@@ -117,7 +127,7 @@ pub struct StdoutSink {
 
 impl Sink for StdoutSink {
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
-        refuse_datagrams(meta)
+        refuse_manifests(meta)
     }
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
@@ -215,7 +225,7 @@ impl TcpSink {
 
 impl Sink for TcpSink {
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
-        refuse_datagrams(meta)
+        refuse_manifests(meta)
     }
 
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {

@@ -1,9 +1,12 @@
 //! Filesystem space: how big the filesystem under a path is and how much of
 //! it may still be written (`fstatvfs(3)`), for callers that must refuse
-//! what cannot fit before they write a byte of it.
+//! what cannot fit before they write a byte of it; and extended attributes
+//! of an open file (`fsetxattr(2)`, `fgetxattr(2)`), where a receiver keeps
+//! the digest of a file it verified.
 //!
 //! ```text
 //!  path ─► open (O_RDONLY | O_CLOEXEC) ─► fstatvfs(fd) ─► Space { total, available }
+//!  open file ─► fsetxattr / fgetxattr (user.* names) ─► bytes
 //! ```
 
 use std::fs::File;
@@ -45,6 +48,50 @@ pub fn fspace(file: &File) -> io::Result<Space> {
     })
 }
 
+/// Sets the extended attribute `name` (e.g. `user.diodon.blake3`) of an
+/// open file. Filesystems without user attributes answer `ENOTSUP`.
+#[expect(unsafe_code, reason = "fsetxattr(2) has no safe std wrapper")]
+pub fn set_xattr(file: &File, name: &str, value: &[u8]) -> io::Result<()> {
+    let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: the descriptor is open, `name` is NUL-terminated and `value`
+    // is a valid slice for the duration of the call.
+    let rc = unsafe {
+        libc::fsetxattr(
+            file.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads the extended attribute `name` of an open file (at most 256 bytes).
+#[expect(unsafe_code, reason = "fgetxattr(2) has no safe std wrapper")]
+pub fn get_xattr(file: &File, name: &str) -> io::Result<Vec<u8>> {
+    let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    let mut buf = vec![0u8; 256];
+    // SAFETY: the descriptor is open, `name` is NUL-terminated and `buf`
+    // is writable for its full length during the call.
+    let n = unsafe {
+        libc::fgetxattr(
+            file.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n.cast_unsigned());
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +102,18 @@ mod tests {
         assert!(s.total > 0, "{s:?}");
         assert!(s.available <= s.total, "{s:?}");
         assert!(space(Path::new("/nonexistent/diodon")).is_err());
+    }
+
+    #[test]
+    fn an_extended_attribute_reads_back_or_is_unsupported() {
+        let path = std::env::temp_dir().join(format!("diodon-xattr-{}", std::process::id()));
+        std::fs::write(&path, b"x").expect("write");
+        let f = File::open(&path).expect("open");
+        match set_xattr(&f, "user.diodon.test", b"abc") {
+            Ok(()) => assert_eq!(get_xattr(&f, "user.diodon.test").expect("get"), b"abc"),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
+        }
+        assert!(get_xattr(&f, "user.diodon.absent").is_err());
+        let _ = std::fs::remove_file(&path);
     }
 }

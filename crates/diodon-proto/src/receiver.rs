@@ -683,11 +683,14 @@ impl Receiver {
     /// already holds the announced bytes (a sync receiver recognised the
     /// file from its channel-open). The channel's state is freed, later
     /// datagrams of it are counted as late, and no further event of it is
-    /// raised.
-    pub fn skip_channel(&mut self, channel: ChannelId) {
-        let Some(s) = &mut self.session else { return };
+    /// raised. Returns whether the channel was still open (`false`: it had
+    /// already ended, with its own verdict).
+    pub fn skip_channel(&mut self, channel: ChannelId) -> bool {
+        let Some(s) = &mut self.session else {
+            return false;
+        };
         if s.ended.contains(&channel) {
-            return;
+            return false;
         }
         if let Some(ch) = s.channels.remove(&channel) {
             self.buffered -= ch.buffered;
@@ -695,6 +698,7 @@ impl Receiver {
         s.channel_due.set(channel, None);
         s.ended.insert(channel);
         self.stats.channels_skipped += 1;
+        true
     }
 
     /// Earliest time `handle_timeout` has work (the channels' deadlines are

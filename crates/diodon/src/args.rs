@@ -248,6 +248,16 @@ pub struct RecvArgs {
     /// first. Default 1000.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub quarantine_entries: Option<u64>,
+    /// Sync deletions move files to `OUT/.diodon-deleted/<time>/`; really
+    /// delete them after this long (`90s`, `30m`, `12h`, `7d`, or seconds).
+    /// Default: keep them.
+    #[arg(long, value_name = "DURATION")]
+    pub delete_after: Option<String>,
+    /// The audit log: one JSON line per file decision (verified, present,
+    /// failed, deleted, renamed), rotated at 64 MiB. Default
+    /// `OUT/.diodon-audit.jsonl`.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,

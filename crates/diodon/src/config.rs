@@ -80,6 +80,10 @@ pub struct FileConfig {
     pub follow_symlinks: Option<bool>,
     /// `sync`: outbox mode.
     pub after_send: Option<String>,
+    /// `recv`: really delete what went to the deleted folder after this long.
+    delete_after: Option<String>,
+    /// `recv`: the audit log.
+    audit: Option<PathBuf>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command
@@ -219,6 +223,25 @@ pub struct RecvSettings {
     pub stall: Duration,
     pub fsync: bool,
     pub quarantine: QuarantineLimits,
+    pub delete_after: Option<Duration>,
+    pub audit: Option<PathBuf>,
+}
+
+/// `90s`, `30m`, `12h`, `7d` or plain seconds.
+pub fn duration(text: &str) -> Result<Duration> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("{text:?}: expected a duration such as 90s, 30m, 12h or 7d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => bail!("{text:?}: unknown unit (s, m, h or d)"),
+    };
+    Ok(Duration::from_secs(secs))
 }
 
 impl RecvArgs {
@@ -238,9 +261,16 @@ impl RecvArgs {
         if max_entries == 0 {
             bail!("quarantine-entries must be at least 1 (each failed file leaves a record)");
         }
+        let out = pick(self.out.as_ref(), f.out.as_ref());
+        let delete_after = pick(self.delete_after.as_ref(), f.delete_after.as_ref())
+            .map(|d| duration(&d))
+            .transpose()
+            .context("delete-after")?;
+        let audit = pick(self.audit.as_ref(), f.audit.as_ref())
+            .or_else(|| out.as_ref().map(|o| o.join(".diodon-audit.jsonl")));
         Ok(RecvSettings {
             listen,
-            out: pick(self.out.as_ref(), f.out.as_ref()),
+            out,
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),
             once: self.once || f.once.unwrap_or(false) || self.channels.or(f.channels).is_some(),
@@ -252,6 +282,8 @@ impl RecvArgs {
                 max_bytes,
                 max_entries,
             },
+            delete_after,
+            audit,
         })
     }
 }

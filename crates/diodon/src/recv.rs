@@ -15,6 +15,7 @@ use anyhow::anyhow;
 use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;
+use diodon_apps::mirror::MirrorOptions;
 use diodon_apps::report::Exit;
 use diodon_apps::RecvOptions;
 use diodon_io::UdpConfig;
@@ -34,6 +35,10 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             files: FileSinkOptions {
                 fsync: s.fsync,
                 quarantine: s.quarantine,
+                mirror: MirrorOptions {
+                    delete_after: s.delete_after,
+                    audit: s.audit.clone(),
+                },
             },
         },
         (None, true, None, None) => RecvOutput::Stdout,
