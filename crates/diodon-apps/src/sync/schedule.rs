@@ -356,9 +356,11 @@ impl<'a> Scheduler<'a> {
             return Ok(());
         }
         self.state.outboxed(&row.parent, &row.name)?;
+        // Moved files keep their path below the root (without its name).
+        let rel = key.split_once('/').map_or(key.as_str(), |(_, r)| r);
         let result = match after {
             AfterSend::Delete => std::fs::remove_file(&path),
-            AfterSend::Move(dir) => move_into(&path, dir, &key),
+            AfterSend::Move(dir) => move_into(&path, dir, rel),
         };
         match result {
             Ok(()) => {
