@@ -64,6 +64,15 @@ fn first_existing(paths: &[&'static str]) -> &'static Path {
     Path::new(path)
 }
 
+/// Peak resident memory of this process (`VmHWM` of /proc/self/status), KiB.
+pub fn peak_rss_kib() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// CPU time (user + system) of this process so far, in seconds, from
 /// `/proc/self/stat` (0.0 where it cannot be read).
 pub fn process_cpu_seconds() -> f64 {

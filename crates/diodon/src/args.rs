@@ -164,7 +164,7 @@ pub struct SyncArgs {
     /// A full rescan this often (ms). Default 30000.
     #[arg(long, value_name = "MS")]
     pub rescan: Option<u64>,
-    /// Files being sent at once (small files pass a large one). Default 16.
+    /// Files being sent at once (small files pass a large one). Default 64.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub in_flight: Option<u64>,
     /// Reader threads. Default 4.
@@ -187,6 +187,10 @@ pub struct SyncArgs {
     /// Exit once every file and deletion went out --passes times (after a full scan).
     #[arg(long)]
     pub once: bool,
+    /// Scan the sources into the state database once, print what was
+    /// found, and exit (sends nothing; no --to needed).
+    #[arg(long)]
+    pub scan_only: bool,
     /// Serve Prometheus metrics over HTTP here.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,

@@ -51,15 +51,24 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     if args.status {
         return print_status(&state, passes, link.json);
     }
-    let to = pick(args.to.as_ref(), file.to.as_ref())
-        .context("--to ADDR is required")
-        .map_err(Fatal::config)?;
     let paths = if args.paths.is_empty() {
         file.sources.clone().unwrap_or_default()
     } else {
         args.paths.clone()
     };
     let roots = roots(&paths).map_err(Fatal::config)?;
+    let scan = ScanOptions {
+        roots,
+        ignore: ignores(args, &file, &state).map_err(Fatal::config)?,
+        follow_symlinks: args.follow_symlinks || file.follow_symlinks.unwrap_or(false),
+        batch: 2000,
+    };
+    if args.scan_only {
+        return scan_only(&state, &scan, link.json);
+    }
+    let to = pick(args.to.as_ref(), file.to.as_ref())
+        .context("--to ADDR is required")
+        .map_err(Fatal::config)?;
     let config = SenderConfig {
         symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
         block_symbols: link.block,
@@ -94,18 +103,13 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
             linger: ms(args.linger, file.linger, 750),
             on_sent: None,
         },
-        scan: ScanOptions {
-            roots,
-            ignore: ignores(args, &file, &state).map_err(Fatal::config)?,
-            follow_symlinks: args.follow_symlinks || file.follow_symlinks.unwrap_or(false),
-            batch: 2000,
-        },
+        scan,
         state,
         passes,
         repeat_share: f64::from(args.repeat_share.or(file.repeat_share).unwrap_or(50)) / 100.0,
         settle: ms(args.settle, file.settle, 2000),
         rescan: ms(args.rescan, file.rescan, 30_000),
-        in_flight: args.in_flight.or(file.in_flight).unwrap_or(16) as usize,
+        in_flight: args.in_flight.or(file.in_flight).unwrap_or(64) as usize,
         readers: args.readers.or(file.readers).unwrap_or(4) as usize,
         after_send,
         once: args.once || file.once.unwrap_or(false),
@@ -140,6 +144,38 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     } else {
         Exit::Success
     })
+}
+
+/// One scan into the database, timed; prints the counts and peak memory.
+fn scan_only(state: &std::path::Path, scan: &ScanOptions, json: bool) -> Result<Exit, Fatal> {
+    let db = diodon_apps::sync::state::State::open(state)
+        .with_context(|| format!("opening {}", state.display()))
+        .map_err(Fatal::io)?;
+    let stats = diodon_apps::sync::SyncStats::default();
+    let t0 = diodon_io::unix_time_ms();
+    let sum = diodon_apps::sync::scan::scan(&db, scan, &stats, &stop_flag())
+        .context("scanning")
+        .map_err(Fatal::io)?;
+    let ms = diodon_io::unix_time_ms().saturating_sub(t0);
+    let rss = diodon_io::counters::peak_rss_kib().unwrap_or(0);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"dirs": sum.dirs, "files": sum.files, "changed": sum.changed,
+                "deleted": sum.deleted, "skipped": sum.skipped, "ms": ms, "peak_rss_kib": rss})
+        );
+    }
+    eprintln!(
+        "scan: {} directories, {} files ({} new or changed, {} gone, {} skipped) in {:.1} s; peak RSS {} MiB",
+        sum.dirs,
+        sum.files,
+        sum.changed,
+        sum.deleted,
+        sum.skipped,
+        ms as f64 / 1000.0,
+        rss / 1024
+    );
+    Ok(Exit::Success)
 }
 
 fn print_status(state: &std::path::Path, passes: u32, json: bool) -> Result<Exit, Fatal> {
