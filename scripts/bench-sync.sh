@@ -138,10 +138,11 @@ for P in $PROFILES; do
     wait "$RX" 2>/dev/null || true
     wait
     bash "$TB" down >/dev/null
-    ROW=$(python3 - "$OUT/.diodon-audit.jsonl" "$T0" "$BYTES" "$COUNT" "$(cat "$WORK/tx.rss")" "$(cat "$WORK/rx.rss")" "$P" <<'EOF'
-import json, sys
-path, t0, nbytes, count, txr, rxr, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
-v = [json.loads(l) for l in open(path) if '"verdict":"verified"' in l]
+    ROW=$(python3 - "$OUT" "$T0" "$BYTES" "$COUNT" "$(cat "$WORK/tx.rss")" "$(cat "$WORK/rx.rss")" "$P" <<'EOF'
+import glob, json, sys
+out, t0, nbytes, count, txr, rxr, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+# The audit log and its rotated files.
+v = [json.loads(l) for path in glob.glob(out + "/.diodon-audit.jsonl*") for l in open(path) if '"verdict":"verified"' in l]
 first = min(r["verified_ms"] for r in v) - t0 if v else 0
 last = max(r["verified_ms"] for r in v) - t0 if v else 0
 rate = nbytes * 8 / (last / 1000) / 1e6 if last else 0

@@ -266,8 +266,10 @@ pub struct RecvReport {
     pub rcvbuf: usize,
     /// Setup warnings (capped buffer, …).
     pub warnings: Vec<SetupWarning>,
-    /// Every channel's outcome, in decision order.
+    /// Channels' outcomes, in decision order (the first [`REPORT_CHANNELS`]).
     pub channels: Vec<ChannelOutcome>,
+    /// Every channel counted.
+    pub totals: ChannelTotals,
     /// First datagram to last verdict.
     pub duration: Duration,
     /// Sessions seen.
@@ -277,13 +279,28 @@ pub struct RecvReport {
 }
 
 impl RecvReport {
-    /// Channels that were not verified.
+    /// Channels that were not verified (all of them, also those beyond
+    /// [`REPORT_CHANNELS`]).
     pub fn failed(&self) -> usize {
-        self.channels
-            .iter()
-            .filter(|c| matches!(c.verdict, Verdict::Failed { .. }))
-            .count()
+        self.totals.failed as usize
     }
+}
+
+/// Channel outcomes a report lists: a long-running receiver decides
+/// millions of files (the audit log has every one); the rest are counted.
+pub const REPORT_CHANNELS: usize = 10_000;
+
+/// Every channel's verdict counted, listed or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelTotals {
+    /// Channels verified (or found already present).
+    pub verified: u64,
+    /// Their bytes.
+    pub verified_bytes: u64,
+    /// Channels failed.
+    pub failed: u64,
+    /// Outcomes not listed in the report (beyond [`REPORT_CHANNELS`]).
+    pub unlisted: u64,
 }
 
 /// One `recvmmsg`'s datagrams, in the memory the kernel wrote them to: the
@@ -371,7 +388,7 @@ pub fn run_receiver<S: Sink>(
     } = dec;
     drop(ev_tx);
     let net_result = net.join().map_err(|_| PipelineError::Thread("net"))?;
-    let channels = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
+    let (channels, totals) = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
     result?;
     let (socket_datagrams, queue_full, final_drops) = net_result?;
     Ok(RecvReport {
@@ -382,6 +399,7 @@ pub fn run_receiver<S: Sink>(
         rcvbuf: setup.rcvbuf,
         warnings: setup.warnings,
         channels,
+        totals,
         duration: match (first, last_verdict) {
             (Some(a), Some(b)) => b.saturating_duration_since(a),
             _ => Duration::ZERO,
@@ -445,22 +463,30 @@ fn writer_loop<S: Sink>(
     rx: &Rx<SinkEvent>,
     fail: &mpsc::Sender<SinkSignal>,
     progress: &RecvProgress,
-) -> Vec<ChannelOutcome> {
+) -> (Vec<ChannelOutcome>, ChannelTotals) {
     let mut outcomes = Vec::new();
+    let mut totals = ChannelTotals::default();
     while let Ok(ev) = rx.recv() {
         match sink.handle(ev) {
             Ok(Some(outcome)) => {
                 match &outcome.verdict {
                     Verdict::Verified { blake3 } => {
+                        totals.verified += 1;
+                        totals.verified_bytes += outcome.bytes;
                         progress.complete.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(name = %outcome.name, bytes = outcome.bytes, blake3 = %blake3, location = %outcome.location, "channel verified");
                     }
                     Verdict::Failed { reason } => {
+                        totals.failed += 1;
                         progress.failed.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(name = %outcome.name, location = %outcome.location, "channel failed: {reason}");
                     }
                 }
-                outcomes.push(outcome);
+                if outcomes.len() < REPORT_CHANNELS {
+                    outcomes.push(outcome);
+                } else {
+                    totals.unlisted += 1;
+                }
             }
             Ok(None) => {}
             Err(e) => {
@@ -474,7 +500,7 @@ fn writer_loop<S: Sink>(
             let _ = fail.send(SinkSignal::Skip(key));
         }
     }
-    outcomes
+    (outcomes, totals)
 }
 
 struct Decoder {

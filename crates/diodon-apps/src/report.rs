@@ -259,8 +259,11 @@ pub struct RecvSummary {
     pub mismatches: Vec<String>,
     /// Socket setup warnings.
     pub warnings: Vec<String>,
-    /// Every channel's verdict.
+    /// Every channel's verdict (the first 10,000; the audit log has all).
     pub channels: Vec<ChannelOutcome>,
+    /// Verdicts not listed in `channels`.
+    #[serde(default)]
+    pub channels_unlisted: u64,
     /// The core's counters (`ReceiverStats`).
     pub core: Snapshot,
     /// The receiving socket's counters (`RecvSocketCounters`: datagrams,
@@ -284,12 +287,7 @@ pub struct RecvSummary {
 impl RecvSummary {
     /// From the report.
     pub fn new(r: &RecvReport, kernel: Snapshot, cpu_s: f64) -> Self {
-        let verified_bytes = r
-            .channels
-            .iter()
-            .filter(|c| matches!(c.verdict, Verdict::Verified { .. }))
-            .map(|c| c.bytes)
-            .sum();
+        let verified_bytes = r.totals.verified_bytes;
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
             dropped_packets: r.socket_drops,
@@ -302,8 +300,9 @@ impl RecvSummary {
             goodput_mbps: mbps(verified_bytes, r.duration),
             cpu_s,
             invalid: r.stats.invalid(),
-            channels_complete: r.channels.len() - r.failed(),
+            channels_complete: r.totals.verified as usize,
             channels_failed: r.failed(),
+            channels_unlisted: r.totals.unlisted,
             queue_full_waits: r.queue_full,
             rcvbuf: r.rcvbuf,
             mismatches: r.mismatches.clone(),
@@ -342,7 +341,7 @@ impl RecvSummary {
     /// How the process should exit. With `once`, a run that saw no channel
     /// at all delivered nothing and fails.
     pub fn exit(&self, once: bool) -> Exit {
-        if self.channels_failed > 0 || (self.channels.is_empty() && once) {
+        if self.channels_failed > 0 || (self.channels_complete == 0 && once) {
             Exit::ChannelFailed
         } else {
             Exit::Success
@@ -439,6 +438,10 @@ impl RecvSummary {
                 }
             }
         }
+        if self.channels_unlisted > 0 {
+            let n = self.channels_unlisted;
+            let _ = writeln!(s, "    … and {n} more (every one is in the audit log)");
+        }
         for m in &self.mismatches {
             let _ = writeln!(s, "  configuration mismatch: {m}");
         }
@@ -491,6 +494,7 @@ mod tests {
             rcvbuf: 1 << 20,
             warnings: Vec::new(),
             channels: Vec::new(),
+            totals: crate::recv::ChannelTotals::default(),
             duration: Duration::from_secs(1),
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),

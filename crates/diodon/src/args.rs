@@ -180,6 +180,9 @@ pub struct SyncArgs {
     /// Follow symbolic links (default: skip them).
     #[arg(long)]
     pub follow_symlinks: bool,
+    /// Do not watch the sources (inotify); find changes by --rescan only.
+    #[arg(long)]
+    pub no_watch: bool,
     /// Outbox: once a file went out --passes times, `delete` it or
     /// `move:DIR` it (same relative path under DIR).
     #[arg(long, value_name = "delete|move:DIR")]

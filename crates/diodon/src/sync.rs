@@ -109,6 +109,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         repeat_share: f64::from(args.repeat_share.or(file.repeat_share).unwrap_or(50)) / 100.0,
         settle: ms(args.settle, file.settle, 2000),
         rescan: ms(args.rescan, file.rescan, 30_000),
+        watch: !args.no_watch,
         in_flight: args.in_flight.or(file.in_flight).unwrap_or(64) as usize,
         readers: args.readers.or(file.readers).unwrap_or(4) as usize,
         after_send,
@@ -118,6 +119,22 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     };
     let stop = stop_flag();
     let summary = run_sync(opts, &stop, |_, _| {}).map_err(|e| Fatal(Exit::Io, e.into()))?;
+    let s = &summary.sync;
+    print_summary(&summary);
+    if link.json {
+        println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    }
+    Ok(if stop.load(Ordering::Relaxed) {
+        Exit::Interrupted
+    } else if s.unreadable > 0 || s.outbox_errors > 0 {
+        Exit::ChannelFailed
+    } else {
+        Exit::Success
+    })
+}
+
+/// The sync's one-paragraph account on stderr.
+fn print_summary(summary: &diodon_apps::sync::SyncSummary) {
     let s = &summary.sync;
     eprintln!(
         "sync: {} scans, {} files sent first, {} repeated ({:.1} MB + {:.1} MB), {} deletions and {} renames announced, {} vanished, {} unreadable, {} outbox; {} files known, {} pending",
@@ -134,16 +151,6 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         summary.status.files,
         summary.status.pending,
     );
-    if link.json {
-        println!("{}", serde_json::to_string(&summary).unwrap_or_default());
-    }
-    Ok(if stop.load(Ordering::Relaxed) {
-        Exit::Interrupted
-    } else if s.unreadable > 0 || s.outbox_errors > 0 {
-        Exit::ChannelFailed
-    } else {
-        Exit::Success
-    })
 }
 
 /// One scan into the database, timed; prints the counts and peak memory.

@@ -689,6 +689,8 @@ fn hostile_names_symlinks_and_a_vanishing_file() {
             "1",
             "--rate",
             "20mbit",
+            // No watch: the deletion must race the send, not be seen first.
+            "--no-watch",
         ],
     );
     std::thread::sleep(Duration::from_millis(700));
@@ -735,6 +737,34 @@ fn hostile_names_symlinks_and_a_vanishing_file() {
             .contains("control character"),
         "{refused}"
     );
+}
+
+#[test]
+fn a_watched_folder_picks_up_a_new_file_without_a_rescan() {
+    let link = Link::loopback();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src/drop");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    let (out, db) = (dir.path().join("out"), dir.path().join("state.sqlite"));
+    let rx = link.recv(&out, &["--no-fsync"]);
+    // A rescan only after 10 minutes: what arrives comes from the watch.
+    let tx = link.sync(&src, &db, &["--rescan", "600000", "--passes", "1"]);
+    std::thread::sleep(Duration::from_secs(1));
+    write(&src.join("sub/late.bin"), 5000, 5);
+    let mut waited = 0;
+    while !out.join("drop/sub/late.bin").exists() && waited < 100 {
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+    }
+    let _ = Command::new("kill").arg(tx.id().to_string()).status();
+    let _ = finish(tx, Duration::from_secs(20), "sync (watch)");
+    let _ = stop(rx, "recv");
+    assert_eq!(
+        fs::read(out.join("drop/sub/late.bin")).unwrap(),
+        fs::read(src.join("sub/late.bin")).unwrap(),
+        "the new file did not arrive without a rescan"
+    );
+    eprintln!("picked up by the watch within {} ms", waited * 100);
 }
 
 trait FromBytes {

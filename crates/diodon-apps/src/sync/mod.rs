@@ -82,6 +82,8 @@ pub struct SyncOptions {
     pub settle: Duration,
     /// A full rescan this often.
     pub rescan: Duration,
+    /// Watch the roots (inotify) and rescan a changed directory at once.
+    pub watch: bool,
     /// Files being sent at once.
     pub in_flight: usize,
     /// Reader threads.
@@ -315,10 +317,10 @@ pub fn run_sync(
             Arc::clone(&stats),
             inbox_tx.clone(),
         );
-        let (every, stop2) = (opts.rescan, Arc::clone(&scanner_stop));
+        let (every, stop2, watch) = (opts.rescan, Arc::clone(&scanner_stop), opts.watch);
         thread::Builder::new()
             .name("diodon-scanner".into())
-            .spawn(move || scanner_loop(&path, &scan_opts, &st, &tx, every, &stop2))
+            .spawn(move || scanner_loop(&path, &scan_opts, &st, &tx, every, watch, &stop2))
             .map_err(|_| SyncError::Thread("scanner"))?
     };
     drop(inbox_tx);
@@ -362,9 +364,16 @@ fn scanner_loop(
     stats: &SyncStats,
     inbox: &mpsc::Sender<Inbox>,
     every: Duration,
+    watch: bool,
     stop: &AtomicBool,
 ) -> Result<(), StateError> {
     let state = State::open(path)?;
+    let (changed_tx, changed) = mpsc::channel::<PathBuf>();
+    let _watcher = if watch {
+        watch_roots(&opts.roots, changed_tx)
+    } else {
+        None
+    };
     while !stop.load(Ordering::Relaxed) {
         let t0 = diodon_io::unix_time_ms();
         let sum = scan::scan(&state, opts, stats, stop)?;
@@ -385,10 +394,63 @@ fn scanner_loop(
         }
         let until = diodon_io::unix_time_ms() + every.as_millis() as u64;
         while diodon_io::unix_time_ms() < until && !stop.load(Ordering::Relaxed) {
-            thread::sleep(Duration::from_millis(50));
+            match changed.recv_timeout(Duration::from_millis(50)) {
+                Ok(first) => {
+                    // Coalesce a burst of events (a file being written).
+                    thread::sleep(Duration::from_millis(200));
+                    let mut dirs = std::collections::BTreeSet::from([first]);
+                    dirs.extend(changed.try_iter());
+                    let dirs: Vec<PathBuf> = dirs.into_iter().collect();
+                    let sum = scan::scan_dirs(&state, opts, &dirs)?;
+                    tracing::debug!(
+                        dirs = dirs.len(),
+                        changed = sum.changed,
+                        deleted = sum.deleted,
+                        "watched directories rescanned"
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+            }
         }
     }
     Ok(())
+}
+
+/// Watches the roots recursively (inotify through the `notify` crate) and
+/// sends the directory of every change; `None` (logged) where the system
+/// refuses, and then the periodic rescan alone finds changes.
+fn watch_roots(
+    roots: &[scan::Root],
+    tx: mpsc::Sender<PathBuf>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let handler = move |res: notify::Result<notify::Event>| {
+        if let Ok(ev) = res {
+            for p in ev.paths {
+                // The parent: it lists the entry (a new directory is then
+                // walked as new, a removed one is noticed gone).
+                if let Some(dir) = p.parent() {
+                    let _ = tx.send(dir.to_path_buf());
+                }
+            }
+        }
+    };
+    let mut w = match notify::recommended_watcher(handler) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("no file-system watch ({e}); changes are found by --rescan");
+            return None;
+        }
+    };
+    for r in roots {
+        if let Err(e) = w.watch(&r.path, notify::RecursiveMode::Recursive) {
+            tracing::warn!(root = %r.path.display(), "cannot watch ({e}); changes are found by --rescan");
+        }
+    }
+    Some(w)
 }
 
 /// `diodon sync --status`: the state database's counts.

@@ -63,28 +63,51 @@ pub struct ScanSummary {
     pub skipped: u64,
 }
 
-/// Batches writes: commits every `batch` writes or 250 ms, so the
-/// scheduler's connection sees new files soon.
-struct Batch<'a> {
-    state: &'a State,
-    writes: usize,
-    limit: usize,
-    /// Unix ms of the last commit.
-    since: u64,
+/// A difference found by the scan, written later in a short transaction:
+/// the directories are read outside any transaction, so the scheduler's
+/// writes never wait behind a directory being read.
+enum Write {
+    Dir {
+        path: String,
+        parent: String,
+    },
+    Touch {
+        parent: String,
+        name: String,
+        touched_ms: i64,
+    },
+    Upsert(FileRow),
+    Deleted {
+        parent: String,
+        name: String,
+        now: i64,
+    },
+    Tree {
+        path: String,
+        now: i64,
+    },
 }
 
-impl Batch<'_> {
-    fn wrote(&mut self, n: usize) -> Result<(), StateError> {
-        self.writes += n;
-        let now = diodon_io::unix_time_ms();
-        if self.writes >= self.limit || now.saturating_sub(self.since) > 250 {
-            self.state.commit()?;
-            self.state.begin()?;
-            self.writes = 0;
-            self.since = now;
-        }
-        Ok(())
+/// Writes collected differences in one transaction; counts tree removals.
+fn apply(state: &State, writes: &mut Vec<Write>, sum: &mut ScanSummary) -> Result<(), StateError> {
+    if writes.is_empty() {
+        return Ok(());
     }
+    state.begin()?;
+    for w in writes.drain(..) {
+        match w {
+            Write::Dir { path, parent } => state.add_dir(&path, &parent)?,
+            Write::Touch {
+                parent,
+                name,
+                touched_ms,
+            } => state.touch(&parent, &name, touched_ms)?,
+            Write::Upsert(row) => state.upsert(&row)?,
+            Write::Deleted { parent, name, now } => state.mark_deleted(&parent, &name, now)?,
+            Write::Tree { path, now } => sum.deleted += state.remove_tree(&path, now)?,
+        }
+    }
+    state.commit()
 }
 
 /// Scans every root once (see the module doc). `stop` ends it early
@@ -96,26 +119,83 @@ pub fn scan(
     stop: &AtomicBool,
 ) -> Result<ScanSummary, StateError> {
     let mut sum = ScanSummary::default();
-    state.begin()?;
-    let mut batch = Batch {
-        state,
-        writes: 0,
-        limit: opts.batch.max(1),
-        since: diodon_io::unix_time_ms(),
-    };
+    let mut writes = Vec::new();
+    let mut applied = diodon_io::unix_time_ms();
     for root in &opts.roots {
         let mut stack = vec![(root.path.clone(), root.base.clone())];
         while let Some((dir, name)) = stack.pop() {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let n = scan_dir(state, opts, &dir, &name, &mut stack, &mut sum)?;
-            batch.wrote(n)?;
+            scan_dir(
+                state,
+                opts,
+                &dir,
+                &name,
+                &mut stack,
+                true,
+                &mut writes,
+                &mut sum,
+            )?;
+            // Soon and in batches: the scheduler sees new files quickly.
+            let now = diodon_io::unix_time_ms();
+            if writes.len() >= opts.batch.max(1) || now.saturating_sub(applied) > 250 {
+                apply(state, &mut writes, &mut sum)?;
+                applied = now;
+            }
         }
     }
-    state.commit()?;
+    apply(state, &mut writes, &mut sum)?;
     stats.add_scan(&sum);
     Ok(sum)
+}
+
+/// Rescans only the directories `dirs` (paths on disk below a root, as a
+/// file-system watch reported them) and the subdirectories that are new
+/// below them; the periodic full scan stays the safety net.
+pub fn scan_dirs(
+    state: &State,
+    opts: &ScanOptions,
+    dirs: &[PathBuf],
+) -> Result<ScanSummary, StateError> {
+    let mut sum = ScanSummary::default();
+    let mut writes = Vec::new();
+    for dir in dirs {
+        let Some(name) = channel_dir(opts, dir) else {
+            continue;
+        };
+        let mut stack = vec![(dir.clone(), name)];
+        let mut first = true;
+        while let Some((d, n)) = stack.pop() {
+            // Below the reported directory only new subdirectories are walked.
+            scan_dir(
+                state,
+                opts,
+                &d,
+                &n,
+                &mut stack,
+                !first,
+                &mut writes,
+                &mut sum,
+            )?;
+            first = false;
+        }
+    }
+    apply(state, &mut writes, &mut sum)?;
+    Ok(sum)
+}
+
+/// The channel-name directory of a path on disk below one of the roots.
+fn channel_dir(opts: &ScanOptions, dir: &std::path::Path) -> Option<String> {
+    opts.roots.iter().find_map(|r| {
+        let rel = dir.strip_prefix(&r.path).ok()?;
+        let rel = rel.to_str()?;
+        Some(if rel.is_empty() {
+            r.base.clone()
+        } else {
+            join(&r.base, rel)
+        })
+    })
 }
 
 /// The row a file's metadata makes (first seen `now`, no pass yet).
@@ -141,27 +221,36 @@ fn same_file(a: &FileRow, b: &FileRow) -> bool {
     a.size == b.size && a.mtime_ns == b.mtime_ns && a.ino == b.ino && a.mode == b.mode
 }
 
-/// Reads one directory, writes its differences; returns the writes.
+/// Reads one directory and collects its differences in `writes`.
+/// Subdirectories go on `stack`: all of them with `recurse`, otherwise only
+/// those the database does not know yet.
+#[expect(clippy::too_many_arguments, reason = "one walk's state, passed down")]
 fn scan_dir(
     state: &State,
     opts: &ScanOptions,
     dir: &std::path::Path,
     name: &str,
     stack: &mut Vec<(PathBuf, String)>,
+    recurse: bool,
+    writes: &mut Vec<Write>,
     sum: &mut ScanSummary,
-) -> Result<usize, StateError> {
+) -> Result<(), StateError> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(dir = %dir.display(), "cannot read directory, left as it was: {e}");
-            return Ok(0);
+            return Ok(());
         }
     };
     sum.dirs += 1;
     let now = diodon_io::unix_time_ms().cast_signed();
     let mut known = state.children(name)?;
+    let known_dirs: HashSet<String> = if recurse {
+        HashSet::new()
+    } else {
+        state.subdirs(name)?.into_iter().collect()
+    };
     let mut subdirs = HashSet::new();
-    let mut writes = 0;
     for entry in entries {
         let entry = match entry {
             Ok(e) => e,
@@ -201,8 +290,11 @@ fn scan_dir(
             }
         };
         if meta.is_dir() {
-            if subdirs.insert(file_name.clone()) {
-                state.add_dir(&rel, name)?;
+            if subdirs.insert(file_name.clone()) && (recurse || !known_dirs.contains(&rel)) {
+                writes.push(Write::Dir {
+                    path: rel.clone(),
+                    parent: name.to_owned(),
+                });
                 stack.push((path, rel));
             }
             continue;
@@ -217,29 +309,32 @@ fn scan_dir(
         match known.remove(&file_name) {
             Some(old) if same_file(&old, &row) => {
                 if old.touched_ms != row.touched_ms {
-                    state.touch(name, &file_name, row.touched_ms)?;
-                    writes += 1;
+                    writes.push(Write::Touch {
+                        parent: name.to_owned(),
+                        name: file_name,
+                        touched_ms: row.touched_ms,
+                    });
                 }
             }
             _ => {
-                state.upsert(&row)?;
+                writes.push(Write::Upsert(row));
                 sum.changed += 1;
-                writes += 1;
             }
         }
     }
     for (gone, _) in known {
-        state.mark_deleted(name, &gone, now)?;
+        writes.push(Write::Deleted {
+            parent: name.to_owned(),
+            name: gone,
+            now,
+        });
         sum.deleted += 1;
-        writes += 1;
     }
     for sub in state.subdirs(name)? {
         let leaf = sub.rsplit('/').next().unwrap_or_default();
         if !subdirs.contains(leaf) {
-            let n = state.remove_tree(&sub, now)?;
-            sum.deleted += n;
-            writes += 1 + n as usize;
+            writes.push(Write::Tree { path: sub, now });
         }
     }
-    Ok(writes)
+    Ok(())
 }

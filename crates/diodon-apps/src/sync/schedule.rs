@@ -29,6 +29,11 @@ use std::time::Duration;
 
 /// Candidates read per query.
 const PAGE: usize = 256;
+/// A file this large (bytes) is "large": at most one is sent at a time, so
+/// a tree of large files delivers them one after the other (the first is
+/// available after its own bytes, not after all of theirs) while small
+/// files still pass beside it.
+pub const LARGE: u64 = 16 << 20;
 
 struct InFlight {
     row: FileRow,
@@ -172,15 +177,26 @@ impl<'a> Scheduler<'a> {
     }
 
     fn dispatch(&mut self) -> Result<(), StateError> {
+        let mut deferred = 0;
         while self.inflight.len() < self.opts.in_flight {
             self.refill()?;
             let repeat = self.repeat_turn();
+            let large_busy = self.inflight.values().any(|f| f.row.size >= LARGE);
             let page = if repeat {
                 &mut self.repeat_page
             } else {
                 &mut self.new_page
             };
             let Some(cand) = page.pop_front() else { break };
+            if cand.size >= LARGE && large_busy {
+                // Its turn comes when the large file in flight is done.
+                page.push_back(cand);
+                deferred += 1;
+                if deferred >= page.len() {
+                    break;
+                }
+                continue;
+            }
             let key = cand.path();
             if self.inflight.contains_key(&key) {
                 continue;
