@@ -223,6 +223,8 @@ pub enum Inbox {
     Sent(SentNotice),
     /// The scanner finished a full scan.
     ScanDone,
+    /// The scanner stopped with an error: the sync ends.
+    ScanFailed(String),
 }
 
 /// Errors that end a sync.
@@ -308,6 +310,10 @@ pub fn run_sync(
         );
     }
 
+    // The database is created (schema, WAL) once, before the scanner opens
+    // its own connection: two first opens at once can find it locked.
+    let state = State::open(&opts.state)?;
+
     // The scanner: its own connection; a full scan, then every --rescan.
     let scanner_stop = Arc::new(AtomicBool::new(false));
     let scanner = {
@@ -320,12 +326,19 @@ pub fn run_sync(
         let (every, stop2, watch) = (opts.rescan, Arc::clone(&scanner_stop), opts.watch);
         thread::Builder::new()
             .name("diodon-scanner".into())
-            .spawn(move || scanner_loop(&path, &scan_opts, &st, &tx, every, watch, &stop2))
+            .spawn(move || {
+                let r = scanner_loop(&path, &scan_opts, &st, &tx, every, watch, &stop2);
+                if let Err(e) = &r {
+                    // The scheduler must not wait for scans that never come.
+                    tracing::error!("scanner stopped: {e}");
+                    let _ = tx.send(Inbox::ScanFailed(e.to_string()));
+                }
+                r
+            })
             .map_err(|_| SyncError::Thread("scanner"))?
     };
     drop(inbox_tx);
 
-    let state = State::open(&opts.state)?;
     let (opts_ref, stats_ref) = (&opts, &*stats);
     let result = thread::scope(|s| {
         let sched = s.spawn(move || {

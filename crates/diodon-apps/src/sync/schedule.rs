@@ -39,6 +39,8 @@ struct InFlight {
     row: FileRow,
     token: Option<u64>,
     repeat: bool,
+    /// Its reader is still reading it (the core may hold its tail after).
+    reading: bool,
 }
 
 /// The scheduler's state (runs on the sync's own thread).
@@ -59,6 +61,8 @@ pub struct Scheduler<'a> {
     bytes_new: u64,
     bytes_repeat: u64,
     scans: u64,
+    /// The scanner died: stop.
+    failed: bool,
 }
 
 impl<'a> Scheduler<'a> {
@@ -86,6 +90,7 @@ impl<'a> Scheduler<'a> {
             bytes_new: 0,
             bytes_repeat: 0,
             scans: 0,
+            failed: false,
         }
     }
 
@@ -94,7 +99,7 @@ impl<'a> Scheduler<'a> {
     pub fn run(&mut self, inbox: &Receiver<Inbox>, stop: &AtomicBool) -> Result<(), StateError> {
         let mut gauges_at = 0u64;
         loop {
-            if stop.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) || self.failed {
                 break;
             }
             self.dispatch()?;
@@ -181,7 +186,12 @@ impl<'a> Scheduler<'a> {
         while self.inflight.len() < self.opts.in_flight {
             self.refill()?;
             let repeat = self.repeat_turn();
-            let large_busy = self.inflight.values().any(|f| f.row.size >= LARGE);
+            // A large file whose bytes are all read no longer counts: the
+            // next one is read while the core sends the first one's tail.
+            let large_busy = self
+                .inflight
+                .values()
+                .any(|f| f.reading && f.row.size >= LARGE);
             let page = if repeat {
                 &mut self.repeat_page
             } else {
@@ -224,6 +234,7 @@ impl<'a> Scheduler<'a> {
                             row,
                             token: None,
                             repeat: cand.passes > 0,
+                            reading: true,
                         },
                     );
                 }
@@ -257,6 +268,10 @@ impl<'a> Scheduler<'a> {
             Inbox::Done { key, result } => self.read_done(&key, result)?,
             Inbox::Sent(n) => self.sent(n)?,
             Inbox::ScanDone => self.scans += 1,
+            Inbox::ScanFailed(why) => {
+                tracing::error!("no more scans ({why}): stopping");
+                self.failed = true;
+            }
         }
         Ok(())
     }
@@ -266,7 +281,13 @@ impl<'a> Scheduler<'a> {
         let (parent, name) = split(key);
         let add = |a: &std::sync::atomic::AtomicU64| a.fetch_add(1, Ordering::Relaxed);
         match result {
-            ReadResult::Finished | ReadResult::Closed => return Ok(()),
+            ReadResult::Finished => {
+                if let Some(f) = self.inflight.get_mut(key) {
+                    f.reading = false;
+                }
+                return Ok(());
+            }
+            ReadResult::Closed => return Ok(()),
             ReadResult::Vanished => {
                 add(&self.stats.vanished);
                 self.state.mark_deleted(parent, name, now)?;
