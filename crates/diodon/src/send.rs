@@ -42,10 +42,16 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
+    let symbol_size = link.symbol_size(to).map_err(Fatal::config)?;
+    let (repair, design_loss_ppm, note) = link.repair_plan(symbol_size).map_err(Fatal::config)?;
+    if let Some(note) = note {
+        tracing::info!("{note}");
+    }
     let config = SenderConfig {
-        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
+        symbol_size,
         block_symbols: link.block,
-        repair: link.repair,
+        repair,
+        design_loss_ppm,
         interleave_depth: link.interleave,
         rate: link.rate,
         per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
