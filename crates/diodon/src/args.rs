@@ -49,6 +49,9 @@ pub enum Command {
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
+    /// The one-way IP tunnel: `tunnel send --tun NAME --to ADDR` (the far
+    /// side runs `diodon recv --tun NAME`).
+    Tunnel(crate::tunnel::TunnelArgs),
 }
 
 /// Settings shared by both sides.
@@ -144,6 +147,13 @@ pub struct RecvArgs {
     /// Send every record of received UDP flows to this address, one datagram each.
     #[arg(long, value_name = "ADDR")]
     pub udp_forward: Option<SocketAddr>,
+    /// Write the packets of a tunnel (`diodon tunnel send`) into this TUN
+    /// interface (created if missing; give it addresses and routes).
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// MTU to set on the --tun interface.
+    #[arg(long, value_name = "BYTES")]
+    pub tun_mtu: Option<u32>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
