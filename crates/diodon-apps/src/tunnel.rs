@@ -485,31 +485,45 @@ fn read_loop(
                 continue;
             }
         };
-        stats.reads.fetch_add(1, Ordering::Relaxed);
-        let (hdr, packet) = if vnet {
-            let Some(h) = VnetHdr::parse(&buf[..n]) else {
-                stats.malformed_truncated.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            (h, &buf[VNET_HDR_LEN..n])
-        } else {
-            (VnetHdr::PLAIN, &buf[..n])
+        take_read(&buf[..n], vnet, max_packet, &mut scratch, queue, stats);
+    }
+}
+
+/// One read's bytes: virtio-net header (with `vnet`), finish or segment,
+/// validate each packet and queue it; whatever is malformed is counted by
+/// reason and dropped.
+fn take_read(
+    read: &[u8],
+    vnet: bool,
+    max_packet: usize,
+    scratch: &mut Vec<u8>,
+    queue: &PacketQueue,
+    stats: &TunnelSourceStats,
+) {
+    stats.reads.fetch_add(1, Ordering::Relaxed);
+    let (hdr, packet) = if vnet {
+        let Some(h) = VnetHdr::parse(read) else {
+            stats.malformed_truncated.fetch_add(1, Ordering::Relaxed);
+            return;
         };
-        if hdr.gso_size > 0 && hdr.gso_type != diodon_packet::vnet::GsoType::None {
-            stats.super_packets.fetch_add(1, Ordering::Relaxed);
+        (h, &read[VNET_HDR_LEN..])
+    } else {
+        (VnetHdr::PLAIN, read)
+    };
+    if hdr.gso_size > 0 && hdr.gso_type != diodon_packet::vnet::GsoType::None {
+        stats.super_packets.fetch_add(1, Ordering::Relaxed);
+    }
+    let r = segment(&hdr, packet, scratch, |p| {
+        if p.len() > max_packet {
+            stats.too_large.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        let r = segment(&hdr, packet, &mut scratch, |p| {
-            if p.len() > max_packet {
-                stats.too_large.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            stats.packets.fetch_add(1, Ordering::Relaxed);
-            stats.bytes.fetch_add(p.len() as u64, Ordering::Relaxed);
-            queue.push(p.to_vec(), stats);
-        });
-        if let Err(e) = r {
-            stats.malformed(&e);
-        }
+        stats.packets.fetch_add(1, Ordering::Relaxed);
+        stats.bytes.fetch_add(p.len() as u64, Ordering::Relaxed);
+        queue.push(p.to_vec(), stats);
+    });
+    if let Err(e) = r {
+        stats.malformed(&e);
     }
 }
 
@@ -699,6 +713,47 @@ mod tests {
         assert_eq!(q.pop_batch(100, Duration::ZERO, &stats).len(), 1);
         assert!(q.is_drained());
         assert!("head".parse::<DropPolicy>().is_ok() && "x".parse::<DropPolicy>().is_err());
+    }
+
+    #[test]
+    fn malformed_reads_are_counted_by_reason_and_never_queued() {
+        let stats = TunnelSourceStats::default();
+        let q = PacketQueue::new(1 << 20, DropPolicy::Tail);
+        let mut scratch = Vec::new();
+        let mut good = vec![0u8; 28];
+        good[0] = 0x45;
+        good[3] = 28;
+        let mut long = good.clone();
+        long[3] = 40;
+        let mut bad_ihl = good.clone();
+        bad_ihl[0] = 0x43;
+        for (read, vnet) in [
+            (&good[..], false),
+            (&good[..10], false),
+            (&[0x20; 40][..], false),
+            (&long[..], false),
+            (&bad_ihl[..], false),
+            (&[0u8; 4][..], true),
+            (
+                &[[0u8, 3, 0, 0, 100, 0, 20, 0, 6, 0].as_slice(), &good].concat()[..],
+                true,
+            ),
+        ] {
+            take_read(read, vnet, 1500, &mut scratch, &q, &stats);
+        }
+        take_read(&good, false, 20, &mut scratch, &q, &stats);
+        let c = stats.snapshot();
+        assert_eq!((c.reads, c.packets), (8, 1));
+        assert_eq!(
+            c.malformed_truncated, 2,
+            "a short IP header and a short virtio-net header"
+        );
+        assert_eq!(c.malformed_version, 1);
+        assert_eq!(c.malformed_length, 1);
+        assert_eq!(c.malformed_header, 1);
+        assert_eq!(c.malformed_offload, 1, "UFO is never asked for");
+        assert_eq!(c.too_large, 1);
+        assert_eq!(q.pop_batch(1 << 20, Duration::ZERO, &stats).len(), 1);
     }
 
     #[test]
