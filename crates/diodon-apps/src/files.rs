@@ -770,6 +770,7 @@ fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), SinkFailure> {
 mod tests {
     use super::*;
     use diodon_proto::{ChannelId, FailReason, SessionId};
+    use diodon_testkit::entries;
 
     fn key(c: u32) -> ChannelKey {
         ChannelKey {
@@ -966,16 +967,6 @@ mod tests {
             .unwrap();
         assert!(matches!(out.verdict, Verdict::Failed { .. }));
         assert!(!dir.path().join("short").exists());
-    }
-
-    /// Names of the entries of `dir`.
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]

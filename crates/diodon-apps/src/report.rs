@@ -272,7 +272,8 @@ pub struct RecvSummary {
     pub channels: Vec<ChannelOutcome>,
     /// The core's counters (`ReceiverStats`).
     pub core: Snapshot,
-    /// The receiving socket's counters (`RecvSocketCounters`: datagrams, drops).
+    /// The receiving socket's counters (`RecvSocketCounters`: datagrams,
+    /// packets the kernel dropped).
     pub socket: Snapshot,
     /// The kernel's UDP MIB over the run (`UdpSnmp`).
     pub kernel: Snapshot,
@@ -299,7 +300,7 @@ impl RecvSummary {
             .sum();
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
-            drops: r.socket_drops,
+            dropped_packets: r.socket_drops,
         };
         RecvSummary {
             side: "recv".into(),
@@ -412,8 +413,8 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  socket drops {} (rcvbuf {} bytes), decoder-queue waits {}; kernel: InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
-            io.get("drops"),
+            "  socket: kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            io.get("dropped_packets"),
             self.rcvbuf,
             self.queue_full_waits,
             k.get("in_datagrams"),
@@ -543,14 +544,14 @@ mod tests {
         let json = serde_json::to_string(&s).expect("serialises");
         let back: RecvSummary = serde_json::from_str(&json).expect("reads back");
         assert_eq!(back.core_stats().missing, 7);
-        assert_eq!(back.socket_counters().drops, 2);
+        assert_eq!(back.socket_counters().dropped_packets, 2);
         let printed = format!("log line\n{json}\n{{not json\n");
         let found = RecvSummary::from_output(&printed).expect("found in output");
         assert_eq!(found.core_stats(), back.core_stats());
         assert!(RecvSummary::from_output("no summary\n").is_none());
         assert_eq!(back.core.get("missing"), 7);
         assert_eq!(back.core.get("recovered_symbols"), 5);
-        assert_eq!(back.socket.get("drops"), 2);
+        assert_eq!(back.socket.get("dropped_packets"), 2);
         assert_eq!(back.exit(true), Exit::ChannelFailed, "nothing arrived");
         assert_eq!(back.exit(false), Exit::Success);
         assert!(back.text().contains("missing 7 recovered 5"));

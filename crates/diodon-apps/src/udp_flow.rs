@@ -45,7 +45,7 @@ diodon_counters::counters! {
         bytes: counter Bytes "payload" "Payload bytes read from the UDP-flow socket.",
         flows: counter Count "flows" "UDP flows (channels) opened.",
         /// The only admissible loss of a UDP source: it outran the configured rate.
-        socket_drops: counter Count "socket_drops" "Datagrams the kernel dropped on the UDP-flow socket (source faster than the link; SO_RXQ_OVFL).",
+        socket_drops: counter Count "socket_dropped_packets" "Packets the kernel dropped on the UDP-flow socket because the source was faster than the link (SO_RXQ_OVFL; a GRO super-packet counts once).",
     }
 }
 

@@ -39,6 +39,7 @@ pub mod udp;
 pub use clock::{unix_time_ms, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
-    open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBuffer,
-    SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    is_path_error, open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters,
+    RecvBuffer, SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,
+    MAX_GSO_SEGMENTS,
 };

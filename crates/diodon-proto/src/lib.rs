@@ -14,12 +14,14 @@
 //! Time, timer tables and the transmit contract come from `diodon-sansio`
 //! (shared with Delta-t and the drivers). Modules: [`types`] (checked
 //! parameters), [`wire`] (datagram views and representations), [`fec`]
-//! (erasure code trait and Reed–Solomon), [`pacer`] (token bucket),
-//! [`sender`] and [`receiver`] (the session state machines), [`records`]
-//! (the record framing of datagram channels, aligned to blocks for packets).
+//! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
+//! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
+//! session state machines), [`records`] (the record framing of datagram
+//! channels, aligned to blocks for packets).
 #![forbid(unsafe_code)]
 
 pub mod fec;
+pub mod fec_plan;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -12,7 +12,8 @@ use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::link::read_key;
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
-use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SymbolSize};
+use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
+use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SenderConfig, SymbolSize};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ pub struct FileConfig {
     mtu: Option<usize>,
     rate: Option<String>,
     repair: Option<u32>,
+    expected_loss: Option<f64>,
     block: Option<u16>,
     interleave: Option<u8>,
     key_file: Option<PathBuf>,
@@ -123,6 +125,10 @@ pub struct Link {
     pub mtu: usize,
     pub rate: Rate,
     pub repair: RepairRatio,
+    /// `--repair` was given (`--expected-loss` then only sizes short blocks).
+    pub repair_given: bool,
+    /// `--expected-loss` as a probability.
+    pub expected_loss: Option<f64>,
     pub block: u16,
     pub interleave: u8,
     /// Whether `interleave` was given (the tunnel's default differs).
@@ -143,7 +149,13 @@ impl Link {
             .or_else(|| f.rate.clone())
             .unwrap_or_else(|| DEFAULT_RATE.into());
         let rate: Rate = rate_text.parse()?;
+        let repair_given = a.repair.or(f.repair).is_some();
         let repair = RepairRatio::percent(a.repair.or(f.repair).unwrap_or(10))?;
+        let expected_loss = match a.expected_loss.or(f.expected_loss) {
+            Some(pct) if (0.0..100.0).contains(&pct) => Some(pct / 100.0),
+            Some(pct) => bail!("--expected-loss {pct} is not a percentage below 100"),
+            None => None,
+        };
         let key_file = a.key_file.clone().or_else(|| f.key_file.clone());
         let integrity = match key_file {
             Some(p) => Integrity::Keyed(read_key(&p)?),
@@ -157,7 +169,12 @@ impl Link {
             mtu: a.mtu.or(f.mtu).unwrap_or(1500),
             rate,
             repair,
-            block: a.block.or(f.block).unwrap_or(64),
+            repair_given,
+            expected_loss,
+            block: a
+                .block
+                .or(f.block)
+                .unwrap_or(SenderConfig::default().block_symbols),
             interleave: a.interleave.or(f.interleave).unwrap_or(4),
             interleave_given: a.interleave.or(f.interleave).is_some(),
             integrity,
@@ -166,6 +183,44 @@ impl Link {
             device: a.device.clone().or_else(|| f.device.clone()),
             json: a.json || f.json.unwrap_or(false),
         })
+    }
+
+    /// The repair ratio and the loss short blocks are designed for (parts
+    /// per million), for datagrams of `symbol`: `--repair`, or the least
+    /// ratio `--expected-loss` needs; with a sentence saying what
+    /// `--expected-loss` chose (or that the given `--repair` falls short).
+    pub fn repair_plan(&self, symbol: SymbolSize) -> Result<(RepairRatio, u32, Option<String>)> {
+        let Some(loss) = self.expected_loss else {
+            return Ok((self.repair, SenderConfig::default().design_loss_ppm, None));
+        };
+        let ppm = (loss * 1e6).round() as u32;
+        let model = LossModel { loss, burst: 64 };
+        let (k, depth) = (u32::from(self.block), usize::from(self.interleave));
+        let choice = choose_repair(model, symbol.get(), k, depth);
+        let pct = loss * 100.0;
+        if self.repair_given {
+            let m = u32::from(self.repair.repair_for(self.block));
+            let fail = file_failure(TARGET_FILE_BYTES, symbol.get(), k, m, loss);
+            let note = match choice {
+                Some(c) if c.percent > self.repair.get() => Some(format!(
+                    "--repair {} is less than the {} % that {pct} % expected loss needs: a 1 GB file fails with probability {fail:.1e}",
+                    self.repair.get(),
+                    c.percent
+                )),
+                _ => None,
+            };
+            return Ok((self.repair, ppm, note));
+        }
+        let c = choice.ok_or_else(|| {
+            anyhow::anyhow!(
+                "no repair up to 100 % keeps a 1 GB file safe at {pct} % loss with {k}-symbol blocks"
+            )
+        })?;
+        let note = format!(
+            "expected loss {pct} %: repair {} % ({} symbols per {k}-symbol block); a 1 GB file fails with probability {:.1e}, any burst of 64 datagrams is repaired",
+            c.percent, c.repair_symbols, c.file_failure
+        );
+        Ok((RepairRatio::percent(c.percent)?, ppm, Some(note)))
     }
 
     /// The symbol size for this MTU and address family.

@@ -91,7 +91,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         if let Some(bar) = bar {
             bar.set_position(p.bytes.load(Ordering::Relaxed));
             bar.set_message(format!(
-                "{} datagrams, {} verified, {} failed, {} socket drops",
+                "{} datagrams, {} verified, {} failed, {} packets dropped by the kernel",
                 p.datagrams.load(Ordering::Relaxed),
                 p.complete.load(Ordering::Relaxed),
                 p.failed.load(Ordering::Relaxed),

@@ -89,10 +89,16 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
 
 /// The core's settings from the link settings, for datagrams to `to`.
 pub fn sender_config(link: &Link, to: SocketAddr) -> Result<SenderConfig, Fatal> {
+    let symbol_size = link.symbol_size(to).map_err(Fatal::config)?;
+    let (repair, design_loss_ppm, note) = link.repair_plan(symbol_size).map_err(Fatal::config)?;
+    if let Some(note) = note {
+        tracing::info!("{note}");
+    }
     Ok(SenderConfig {
-        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
+        symbol_size,
         block_symbols: link.block,
-        repair: link.repair,
+        repair,
+        design_loss_ppm,
         interleave_depth: link.interleave,
         rate: link.rate,
         per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),

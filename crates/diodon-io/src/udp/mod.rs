@@ -37,8 +37,8 @@ pub mod send;
 mod sys;
 
 pub use config::{
-    BufferKind, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS, MAX_PAYLOAD_V4,
-    MAX_PAYLOAD_V6, MAX_RECV_SLOTS, MAX_SEND_BATCH,
+    is_path_error, BufferKind, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    MAX_PAYLOAD_V4, MAX_PAYLOAD_V6, MAX_RECV_SLOTS, MAX_SEND_BATCH,
 };
 pub use duplex::open_duplex;
 pub use recv::{BatchReceiver, Datagram, Datagrams, ReceiverCounters, RecvBuffer};

@@ -93,3 +93,37 @@ fn quarantine_bounds_come_from_flags_or_the_file() {
     assert!(recv(&[], "quarantine-entries = 0\n").is_err());
     assert!(recv(&[], "quarantine-bytes = \"200%\"\n").is_err());
 }
+
+#[test]
+fn expected_loss_chooses_the_repair_and_says_so() {
+    let symbol = SymbolSize::new(1418).unwrap();
+    let plan = |args: LinkArgs, toml: &str| {
+        let f: FileConfig = toml::from_str(toml).unwrap();
+        Link::merge(&args, &f).unwrap().repair_plan(symbol).unwrap()
+    };
+    let (r, ppm, note) = plan(LinkArgs::default(), "");
+    assert_eq!((r.get(), ppm, note), (10, 10_000, None), "the defaults");
+    let (r, ppm, note) = plan(LinkArgs::default(), "expected-loss = 5.0\n");
+    assert!(r.get() > 10, "{r:?}");
+    assert_eq!(ppm, 50_000);
+    assert!(note.unwrap().starts_with("expected loss 5 %: repair"));
+    let low = LinkArgs {
+        expected_loss: Some(0.1),
+        ..LinkArgs::default()
+    };
+    let (r, _, _) = plan(low, "");
+    assert!(r.get() < 10, "0.1 % needs less than 10 %: {r:?}");
+    let short = LinkArgs {
+        expected_loss: Some(5.0),
+        repair: Some(5),
+        ..LinkArgs::default()
+    };
+    let (r, _, note) = plan(short, "");
+    assert_eq!(r.get(), 5, "--repair wins");
+    assert!(note.unwrap().contains("--repair 5 is less than"));
+    let bad = LinkArgs {
+        expected_loss: Some(120.0),
+        ..LinkArgs::default()
+    };
+    assert!(Link::merge(&bad, &FileConfig::default()).is_err());
+}
