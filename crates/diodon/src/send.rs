@@ -42,7 +42,14 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
-    let config = sender_config(&link, to)?;
+    let mut config = sender_config(&link, to)?;
+    if udp_listen.is_some() {
+        // Datagram flows wait in their source socket (sized for the rate),
+        // not in the core: the core holds the two interleave groups it
+        // needs, so a source faster than the link shows as counted socket
+        // drops at once instead of as seconds of queued latency.
+        config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
+    }
     config.validate().map_err(|e| Fatal::config(e.into()))?;
     let udp = socket(&link, bind, to, no_gso);
     let input = if let Some(a) = udp_listen {
