@@ -179,6 +179,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
         mtime_sec: meta.mtime(),
         mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
         name: f.name.clone(),
+        aligned: false,
     };
     let token = handle.open(cm)?;
     loop {
@@ -665,6 +666,8 @@ impl Sink for FileSink {
                 let _ = self.start(key, meta, Some(why.into()));
                 Ok(None)
             }
+            // Files are never aligned record channels: they fail instead.
+            SinkEvent::Gap { .. } => Ok(None),
             SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
             SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
             SinkEvent::Failed { key, reason } => {

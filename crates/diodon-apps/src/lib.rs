@@ -27,7 +27,7 @@
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
-//! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
+//! channels), [`tunnel`] (the one-way IP tunnel: TUN in, TUN out), [`metrics`] (the counters over HTTP: Prometheus and JSON),
 //! [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
@@ -47,6 +47,7 @@ pub mod send;
 pub mod sink_error;
 pub mod stats;
 pub mod stream;
+pub mod tunnel;
 pub mod udp_flow;
 
 pub use recv::{

@@ -78,6 +78,17 @@ pub enum SinkEvent {
         /// Bytes.
         data: Vec<u8>,
     },
+    /// Blocks of a packet channel that could not be recovered: the records
+    /// they held are lost, the next `Data` follows the gap (only channels
+    /// with aligned records have gaps; others fail instead).
+    Gap {
+        /// Channel.
+        key: ChannelKey,
+        /// First lost block.
+        block: u64,
+        /// Consecutive blocks lost.
+        count: u64,
+    },
     /// Every byte arrived and the digest matched.
     Complete {
         /// Channel.
@@ -641,6 +652,15 @@ impl Decoder {
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
                     let key = self.key(channel);
                     self.forward(SinkEvent::Data { key, offset, data })?;
+                }
+                Event::ChannelGap {
+                    channel,
+                    block,
+                    count,
+                } => {
+                    let key = self.key(channel);
+                    tracing::warn!(%key, block, count, "blocks lost: the channel steps over them");
+                    self.forward(SinkEvent::Gap { key, block, count })?;
                 }
                 Event::ChannelComplete {
                     channel,

@@ -217,6 +217,15 @@ pub enum SendError {
     /// All channel ids of this session are used.
     #[error("channel ids exhausted")]
     ChannelsExhausted,
+    /// A record longer than a record can be (65,535 bytes), or, on an
+    /// aligned channel, longer than a block.
+    #[error("record of {len} bytes does not fit (at most {max})")]
+    RecordTooLarge {
+        /// The payload's length.
+        len: usize,
+        /// The largest this channel takes.
+        max: usize,
+    },
 }
 
 /// Something the application should know.
@@ -255,6 +264,7 @@ diodon_counters::counters! {
         channels_sent: counter Count "channels_sent" "Channels whose trailer went out with status complete.",
         channels_aborted: counter Count "channels_aborted" "Channels aborted.",
         backpressure_events: counter Count "backpressure_events" "Times write accepted fewer bytes than offered (the core's buffer pushed back).",
+        padding_bytes: counter Bytes "padding" "Zero bytes that ended blocks of aligned record channels (a record never crosses a block).",
     }
 }
 
@@ -269,6 +279,8 @@ struct ChannelTx {
     /// Groups cut but not fully sent.
     groups_in_flight: usize,
     blocks_sent: u64,
+    /// Records aligned to blocks (the channel-open's flag).
+    aligned: bool,
 }
 
 #[derive(Debug)]
@@ -392,6 +404,9 @@ pub struct Sender {
 
 const RECENT_CHANNELS: usize = 64;
 
+/// Zero padding of aligned record channels, appended in pieces.
+const ZEROS: [u8; 256] = [0; 256];
+
 impl Sender {
     /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
     pub fn new(
@@ -506,6 +521,7 @@ impl Sender {
         }
         let id = ChannelId(self.next_channel);
         self.next_channel += 1;
+        let aligned = meta.aligned;
         self.push_control(id, ControlBody::Open(meta), 0);
         self.channels.insert(
             id,
@@ -518,6 +534,7 @@ impl Sender {
                 finishing: false,
                 groups_in_flight: 0,
                 blocks_sent: 0,
+                aligned,
             },
         );
         self.stats.channels_opened += 1;
@@ -533,9 +550,8 @@ impl Sender {
         data: &[u8],
     ) -> Result<usize, SendError> {
         let room = self.writable();
-        let ch = self
-            .channels
-            .get_mut(&channel)
+        self.channels
+            .get(&channel)
             .filter(|c| !c.finishing)
             .ok_or(SendError::NotOpen(channel))?;
         let n = data.len().min(room);
@@ -545,15 +561,88 @@ impl Sender {
         if n == 0 {
             return Ok(0);
         }
-        ch.pending.extend_from_slice(&data[..n]);
-        ch.hasher.update(&data[..n]);
+        self.append(now, channel, &[&data[..n]]);
+        Ok(n)
+    }
+
+    /// Offers one record of a `Datagrams` channel (PROTOCOL.md § 5.3):
+    /// frames it (2-byte length) and takes it whole or not at all; `false`
+    /// means the buffer is full, try again after sending. On an aligned
+    /// channel the record never crosses a block boundary: when it does not
+    /// fit the rest of the current block, zeros pad the block first, and a
+    /// record longer than a block is refused.
+    pub fn write_record(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        payload: &[u8],
+    ) -> Result<bool, SendError> {
+        let block = self.config.block_bytes();
+        let room = self.writable();
+        let ch = self
+            .channels
+            .get(&channel)
+            .filter(|c| !c.finishing)
+            .ok_or(SendError::NotOpen(channel))?;
+        let need = crate::records::framed_len(payload.len());
+        let max = if ch.aligned {
+            block - crate::records::RECORD_HEADER
+        } else {
+            crate::records::MAX_RECORD
+        }
+        .min(crate::records::MAX_RECORD);
+        if payload.len() > max {
+            return Err(SendError::RecordTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        // Blocks are cut from the start of `pending`, so its length modulo
+        // the block size is the position in the block being filled.
+        let at = ch.pending.len() % block;
+        let pad = if ch.aligned && at + need > block {
+            block - at
+        } else {
+            0
+        };
+        if pad + need > room {
+            self.stats.backpressure_events += 1;
+            return Ok(false);
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(pad.div_ceil(ZEROS.len()) + 2);
+        let mut left = pad;
+        while left > 0 {
+            let n = left.min(ZEROS.len());
+            parts.push(&ZEROS[..n]);
+            left -= n;
+        }
+        let len = (payload.len() as u16).to_be_bytes();
+        parts.push(&len);
+        parts.push(payload);
+        self.append(now, channel, &parts);
+        if pad > 0 {
+            self.stats.padding_bytes += pad as u64;
+        }
+        Ok(true)
+    }
+
+    /// Appends bytes (already checked against the buffer) to the channel.
+    fn append(&mut self, now: Timestamp, channel: ChannelId, parts: &[&[u8]]) {
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return;
+        };
+        let mut n = 0;
+        for p in parts {
+            ch.pending.extend_from_slice(p);
+            ch.hasher.update(p);
+            n += p.len();
+        }
         ch.total_len += n as u64;
         ch.pending_since.get_or_insert(now);
         self.buffered += n;
         self.stats.bytes_accepted += n as u64;
         self.cut_groups(channel, now, false);
         self.rearm_flush(channel);
-        Ok(n)
     }
 
     /// Sends what is pending of `channel` now, as a partial block, instead of

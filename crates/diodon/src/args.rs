@@ -49,6 +49,9 @@ pub enum Command {
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
+    /// The one-way IP tunnel: `tunnel send --tun NAME --to ADDR` (the far
+    /// side runs `diodon recv --tun NAME`).
+    Tunnel(TunnelArgs),
 }
 
 /// Settings shared by both sides.
@@ -151,6 +154,13 @@ pub struct RecvArgs {
     /// Send every record of received UDP flows to this address, one datagram each.
     #[arg(long, value_name = "ADDR")]
     pub udp_forward: Option<SocketAddr>,
+    /// Write the packets of a tunnel (`diodon tunnel send`) into this TUN
+    /// interface (created if missing; give it addresses and routes).
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// MTU to set on the --tun interface.
+    #[arg(long, value_name = "BYTES")]
+    pub tun_mtu: Option<u32>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -180,6 +190,70 @@ pub struct RecvArgs {
     /// first. Default 1000.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub quarantine_entries: Option<u64>,
+    /// Link settings.
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// `diodon tunnel`.
+#[derive(Debug, Args)]
+pub struct TunnelArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub cmd: TunnelCommand,
+}
+
+/// Tunnel subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TunnelCommand {
+    /// Read IP packets routed into a TUN and send them across the diode
+    /// (runs until interrupted; the channel then finishes cleanly).
+    Send(TunnelSendArgs),
+}
+
+/// `diodon tunnel send`.
+#[derive(Debug, Args)]
+pub struct TunnelSendArgs {
+    /// The TUN interface to read (created if missing; route traffic into it).
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// Receiver address, e.g. `10.77.0.2:7700`.
+    #[arg(long)]
+    pub to: Option<SocketAddr>,
+    /// Local address to send from.
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+    /// TUN queues (one reader thread each; more than 1 sets `IFF_MULTI_QUEUE`). Default 1.
+    #[arg(long, value_name = "N")]
+    pub tun_queues: Option<usize>,
+    /// Take checksum, TSO and USO offloads (`IFF_VNET_HDR`): one read returns
+    /// a TCP/UDP super-packet, segmented here.
+    #[arg(long)]
+    pub offload: bool,
+    /// Ring length of each TUN queue (txqueuelen); default: leave the kernel's 500.
+    #[arg(long, value_name = "PACKETS")]
+    pub txqueuelen: Option<u32>,
+    /// MTU to set on the TUN.
+    #[arg(long, value_name = "BYTES")]
+    pub tun_mtu: Option<u32>,
+    /// Diodon's packet queue, in milliseconds at the link rate. Default 30.
+    #[arg(long, value_name = "MS")]
+    pub queue_ms: Option<u64>,
+    /// What a full queue drops: `tail` (the arriving packet) or `head` (the oldest). Default tail.
+    #[arg(long, value_name = "POLICY")]
+    pub drop: Option<String>,
+    /// A partial FEC block waits at most this long for more packets (ms). Default 5.
+    #[arg(long, value_name = "MS")]
+    pub flush: Option<u64>,
+    /// Skip the start-up probe for TUN backpressure (it creates a scratch TUN).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Serve Prometheus metrics over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Never use UDP GSO.
+    #[arg(long)]
+    pub no_gso: bool,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,

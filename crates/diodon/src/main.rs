@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
-//!              │                                            guard | stats
+//!              │                                            guard | stats | tunnel
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
@@ -24,6 +24,7 @@ mod recv;
 mod send;
 mod stats;
 mod stop;
+mod tunnel;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
         Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Tunnel(args) => tunnel::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
