@@ -291,7 +291,19 @@ fn a_hundred_thousand_udp_datagrams_cross_the_tunnel_whole_and_in_order() {
     let Some(bed) = Bed::up(&["--loss", "1"]) else {
         return;
     };
-    let (tx, rx) = bed.tunnel(&["--rate", "400mbit", "--repair", "20"]);
+    // A ring and a queue deep enough for a reader that a loaded machine
+    // deschedules for half a second: this test is about what crosses the
+    // diode, the drop points have their own test below.
+    let (tx, rx) = bed.tunnel(&[
+        "--rate",
+        "400mbit",
+        "--repair",
+        "20",
+        "--txqueuelen",
+        "20000",
+        "--queue-ms",
+        "2000",
+    ]);
     let n = 100_000u64;
     let sink = collector(bed.ns("rx"), "10.99.0.2:5000".parse().unwrap(), n);
     flood(
