@@ -50,14 +50,16 @@ pub fn segment(
 ) -> Result<usize, GsoError> {
     let (proto, l4_min) = match hdr.gso_type {
         GsoType::None => {
-            inspect(packet)?;
+            let info = inspect(packet)?;
             if !hdr.needs_csum() {
                 each(packet);
                 return Ok(1);
             }
             let start = usize::from(hdr.csum_start);
             let field = start + usize::from(hdr.csum_offset);
-            if field + 2 > packet.len() {
+            // The checksum lies in the transport header: never inside the IP
+            // header, which writing it there would break.
+            if start < info.header_len || field + 2 > packet.len() {
                 return Err(GsoError::Offsets);
             }
             scratch.clear();
