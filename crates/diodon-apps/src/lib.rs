@@ -29,8 +29,9 @@
 //! [`mirror`] (a sync receiver: files already present, manifests, the
 //! deleted folder, availability time, the audit log),
 //! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
-//! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`] (UDP flows as datagram
-//! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
+//! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`]
+//! (UDP flows as datagram channels), [`tunnel`] (the one-way IP tunnel: TUN
+//! in, TUN out), [`metrics`] (the counters over HTTP: Prometheus and JSON),
 //! [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
@@ -52,6 +53,7 @@ pub mod sink_error;
 pub mod stats;
 pub mod stream;
 pub mod sync;
+pub mod tunnel;
 pub mod udp_flow;
 
 pub use recv::{

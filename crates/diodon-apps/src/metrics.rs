@@ -24,6 +24,7 @@
 use crate::files::FileSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
+use crate::tunnel::{TunnelSinkStats, TunnelSourceStats};
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
 use diodon_counters::prometheus::{Page, CONTENT_TYPE};
 use diodon_counters::{CounterSet, Owner, Snapshot};
@@ -47,6 +48,8 @@ pub enum Source {
         progress: Arc<SendProgress>,
         /// The UDP-flow source, if any.
         udp: Option<Arc<UdpSourceStats>>,
+        /// The tunnel source, if any.
+        tunnel: Option<Arc<TunnelSourceStats>>,
         /// The directory-tree sync, if any.
         sync: Option<Arc<crate::sync::SyncStats>>,
     },
@@ -58,6 +61,8 @@ pub enum Source {
         udp: Option<Arc<UdpForwardStats>>,
         /// The file sink, if any.
         files: Option<Arc<FileSinkStats>>,
+        /// The TUN sink, if any.
+        tunnel: Option<Arc<TunnelSinkStats>>,
     },
 }
 
@@ -154,7 +159,7 @@ fn respond(
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
     /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
-    /// `file_sink`).
+    /// `file_sink`, `tunnel_source`, `tunnel_sink`).
     pub diodon: BTreeMap<String, Snapshot>,
     /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
     pub kernel: BTreeMap<String, Snapshot>,
@@ -229,6 +234,7 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
         Source::Send {
             progress,
             udp,
+            tunnel,
             sync,
         } => {
             let (core, socket) = progress
@@ -241,6 +247,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(u) = udp {
                 own(out, &u.snapshot());
             }
+            if let Some(t) = tunnel {
+                own(out, &t.snapshot());
+            }
             if let Some(s) = sync {
                 own(out, &s.snapshot());
             }
@@ -249,6 +258,7 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             progress,
             udp,
             files,
+            tunnel,
         } => {
             let core = progress
                 .snapshot
@@ -263,6 +273,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(f) = files {
                 own(out, &f.snapshot());
                 own(out, &f.mirror.snapshot());
+            }
+            if let Some(t) = tunnel {
+                own(out, &t.snapshot());
             }
         }
     }
@@ -327,6 +340,7 @@ mod tests {
         let source = Source::Recv {
             progress,
             udp: None,
+            tunnel: None,
             files: Some(files),
         };
         let addr = serve(

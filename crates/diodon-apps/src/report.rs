@@ -18,6 +18,7 @@
 use crate::files::FileSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
+use crate::tunnel::{TunnelSinkCounters, TunnelSourceCounters};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
 use crate::PipelineError;
 use diodon_counters::{CounterSet, Snapshot};
@@ -121,6 +122,10 @@ pub struct SendSummary {
     /// kernel dropped on its socket (the source outran the link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_source: Option<UdpSourceCounters>,
+    /// With `tunnel send`: packets read, queue drops by policy, the TUN's
+    /// own drops (`tx_dropped`), malformed packets by reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelSourceCounters>,
 }
 
 impl SendSummary {
@@ -143,6 +148,7 @@ impl SendSummary {
             socket: r.io.snapshot(),
             kernel,
             udp_source: None,
+            tunnel: None,
         }
     }
 
@@ -180,6 +186,9 @@ impl SendSummary {
         let (c, io, k) = (&self.core, &self.socket, &self.kernel);
         let mut s = String::new();
         let _ = writeln!(s, "diodon send: session {}", self.session);
+        if let Some(t) = &self.tunnel {
+            s.push_str(&tunnel_source_line(t));
+        }
         if let Some(u) = &self.udp_source {
             let _ = writeln!(
                 s,
@@ -274,6 +283,9 @@ pub struct RecvSummary {
     /// With `--udp-forward`: what was sent to the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_forward: Option<UdpForwardCounters>,
+    /// With `--tun`: packets written, gaps (lost blocks), malformed records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelSinkCounters>,
     /// With `--out`: files that found the disk full, the quarantine's
     /// evictions and levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,6 +324,7 @@ impl RecvSummary {
             socket: socket.snapshot(),
             kernel,
             udp_forward: None,
+            tunnel: None,
             file_sink: None,
             mirror: None,
         }
@@ -356,23 +369,11 @@ impl RecvSummary {
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
         }
+        if let Some(t) = &self.tunnel {
+            s.push_str(&tunnel_sink_line(t));
+        }
         if let Some(f) = &self.file_sink {
-            if f.no_space > 0 {
-                let _ = writeln!(
-                    s,
-                    "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
-                    f.no_space, f.freed
-                );
-            }
-            let _ = writeln!(
-                s,
-                "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
-                f.quarantine_entries,
-                f.quarantine_bytes,
-                f.quarantine_evictions,
-                f.quarantine_evicted,
-                f.reason_errors
-            );
+            s.push_str(&file_sink_lines(f));
         }
         let _ = writeln!(
             s,
@@ -459,6 +460,62 @@ fn last_json_line<T: serde::de::DeserializeOwned>(output: &str) -> Option<T> {
         .rev()
         .filter(|l| l.trim_start().starts_with('{'))
         .find_map(|l| serde_json::from_str(l).ok())
+}
+
+/// The file sink's lines of the receiver's text summary.
+fn file_sink_lines(f: &FileSinkCounters) -> String {
+    let mut s = String::new();
+    if f.no_space > 0 {
+        let _ = writeln!(
+            s,
+            "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
+            f.no_space, f.freed
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
+        f.quarantine_entries,
+        f.quarantine_bytes,
+        f.quarantine_evictions,
+        f.quarantine_evicted,
+        f.reason_errors
+    );
+    s
+}
+
+/// The tunnel source's line of the sender's text summary.
+fn tunnel_source_line(t: &TunnelSourceCounters) -> String {
+    let malformed = t.malformed_truncated
+        + t.malformed_version
+        + t.malformed_header
+        + t.malformed_length
+        + t.malformed_offload;
+    format!(
+        "  tunnel: {} packets ({} bytes) from {} reads ({} super-packets); queue drops {} tail, {} head; \
+         TUN ring drops (tx_dropped) {}; malformed {malformed} (truncated {}, version {}, header {}, length {}, offload {}), too large {}\n",
+        t.packets,
+        t.bytes,
+        t.reads,
+        t.super_packets,
+        t.dropped_tail,
+        t.dropped_head,
+        t.tun_tx_dropped,
+        t.malformed_truncated,
+        t.malformed_version,
+        t.malformed_header,
+        t.malformed_length,
+        t.malformed_offload,
+        t.too_large
+    )
+}
+
+/// The TUN sink's line of the receiver's text summary.
+fn tunnel_sink_line(t: &TunnelSinkCounters) -> String {
+    format!(
+        "  tunnel: {} packets ({} bytes) written to the TUN; {} gaps ({} blocks lost); malformed {}; write errors {}\n",
+        t.packets, t.bytes, t.gaps, t.blocks_lost, t.malformed, t.write_errors
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! - `diodon-io` knows no protocol (like quinn-udp): no core, no app, no lab.
 //! - The cores do no IO: neither reaches `diodon-io` (or anything above it).
 //! - `diodon-sansio` is the contract both sides share: it depends on nothing
-//!   of ours.
+//!   of ours; nor does `diodon-packet` (pure IP packet logic of the tunnel).
 //! - The gateway binary links neither the lab nor the simulator.
 //! - Test support (`diodon-testkit`) is a dev-dependency only.
 
@@ -117,6 +117,10 @@ fn the_cores_do_no_io() {
     assert!(
         reach(&g, "diodon-sansio").is_empty(),
         "diodon-sansio depends on nothing of ours"
+    );
+    assert!(
+        reach(&g, "diodon-packet").is_empty(),
+        "diodon-packet (pure packet logic) depends on nothing of ours"
     );
 }
 

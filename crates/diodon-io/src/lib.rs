@@ -20,7 +20,9 @@
 //!   batched send/receive on IPv4 and IPv6.
 //! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
 //!   per-interface statistics), snapshots and saturating deltas.
-//! - [`tun`]: open a TUN device (IP packets in user space).
+//! - [`tun`]: TUN devices (IP packets in user space): multi-queue, the
+//!   virtio-net header and offloads, txqueuelen/MTU/up, the drop counter and
+//!   the backpressure probe.
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
@@ -37,6 +39,7 @@ pub mod udp;
 pub use clock::{unix_time_ms, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
-    open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBuffer,
-    SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    is_path_error, open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters,
+    RecvBuffer, SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,
+    MAX_GSO_SEGMENTS,
 };

@@ -50,12 +50,8 @@ pub const OPEN_FIXED_LEN: usize = 28;
 /// Length of a trailer body.
 pub const TRAILER_LEN: usize = 50;
 /// Length of the sync extension that follows the name of a channel-open
-/// whose flag bit 1 is set ([`SyncInfo`]).
+/// whose [`OPEN_SYNC`] flag (bit 2) is set ([`SyncInfo`]).
 pub const OPEN_SYNC_LEN: usize = 44;
-/// Channel-open flag bit 0: the size is known.
-const OPEN_SIZE_KNOWN: u8 = 0x01;
-/// Channel-open flag bit 1: a [`SyncInfo`] follows the name.
-const OPEN_SYNC: u8 = 0x02;
 
 mod field {
     use std::ops::Range;
@@ -632,7 +628,9 @@ pub enum ChannelKind {
 /// first saw the file (the receiver's availability time is measured from
 /// it), which pass over the file this is, and the file's digest when the
 /// sender already knows it (from an earlier pass), so that a receiver that
-/// holds the same bytes need not write them again.
+/// holds the same bytes need not write them again. It follows the name of
+/// a `File` channel's open whose [`OPEN_SYNC`] flag is set (PROTOCOL.md
+/// § 5.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SyncInfo {
     /// When the sender first saw this version of the file, Unix ms
@@ -683,6 +681,15 @@ impl SyncInfo {
     }
 }
 
+/// Channel-open flag: the size field is valid.
+pub const OPEN_SIZE_KNOWN: u8 = 0x01;
+/// Channel-open flag: records aligned to blocks, a lost block is a gap
+/// (`Datagrams` only, PROTOCOL.md § 5.3.1).
+pub const OPEN_ALIGNED: u8 = 0x02;
+/// Channel-open flag: a [`SyncInfo`] follows the name (`File` only,
+/// PROTOCOL.md § 5.3.2).
+pub const OPEN_SYNC: u8 = 0x04;
+
 /// A channel's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChannelMeta {
@@ -698,7 +705,14 @@ pub struct ChannelMeta {
     pub mtime_nsec: u32,
     /// Name (relative path for files, label for streams), UTF-8.
     pub name: String,
-    /// Directory-tree sync information (flag bit 1), `None` for one-shot sends.
+    /// Records aligned to blocks (open flag bit 1, `Datagrams` only): every
+    /// block starts with a record, no record crosses a block boundary, and
+    /// a block ends in zero padding. A lost block is then a gap the
+    /// receiver reports and steps over, not the channel's failure: the
+    /// packets of an IP tunnel.
+    pub aligned: bool,
+    /// Directory-tree sync information (open flag bit 2, `File` only),
+    /// `None` for one-shot sends.
     pub sync: Option<SyncInfo>,
 }
 
@@ -712,7 +726,18 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            aligned: false,
             sync: None,
+        }
+    }
+
+    /// A channel of IP packets: `Datagrams`, records aligned to blocks, a
+    /// lost block is a gap.
+    pub fn packets(name: impl Into<String>) -> Self {
+        ChannelMeta {
+            kind: ChannelKind::Datagrams,
+            aligned: true,
+            ..ChannelMeta::stream(name)
         }
     }
 
@@ -725,6 +750,7 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            aligned: false,
             sync: None,
         }
     }
@@ -745,8 +771,14 @@ impl ChannelMeta {
             _ => return Err(bad("unknown channel kind")),
         };
         let flags = body[1];
-        if flags & !(OPEN_SIZE_KNOWN | OPEN_SYNC) != 0 {
+        if flags & !(OPEN_SIZE_KNOWN | OPEN_ALIGNED | OPEN_SYNC) != 0 {
             return Err(bad("undefined flag bits"));
+        }
+        if flags & OPEN_ALIGNED != 0 && kind != ChannelKind::Datagrams {
+            return Err(bad("aligned records outside a datagram channel"));
+        }
+        if flags & OPEN_SYNC != 0 && kind != ChannelKind::File {
+            return Err(bad("sync information outside a file channel"));
         }
         let name_len = be_u16(body, 2) as usize;
         let ext_len = if flags & OPEN_SYNC != 0 {
@@ -781,6 +813,7 @@ impl ChannelMeta {
             mtime_sec: be_u64(body, 16).cast_signed(),
             mtime_nsec,
             name,
+            aligned: flags & OPEN_ALIGNED != 0,
             sync,
         })
     }
@@ -802,7 +835,8 @@ impl ChannelMeta {
             OPEN_SIZE_KNOWN
         } else {
             0
-        } | if self.sync.is_some() { OPEN_SYNC } else { 0 };
+        } | if self.aligned { OPEN_ALIGNED } else { 0 }
+            | if self.sync.is_some() { OPEN_SYNC } else { 0 };
         b[2..4].copy_from_slice(&(self.name.len() as u16).to_be_bytes());
         b[4..12].copy_from_slice(&self.size.unwrap_or(0).to_be_bytes());
         b[12..16].copy_from_slice(&self.mode.to_be_bytes());

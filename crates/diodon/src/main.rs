@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | sync | deltat
-//!              │                                            guard | stats
+//!              │                                            guard | stats | tunnel
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
@@ -25,6 +25,7 @@ mod send;
 mod stats;
 mod stop;
 mod sync;
+mod tunnel;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
@@ -42,6 +43,7 @@ fn main() -> ExitCode {
         Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Tunnel(args) => tunnel::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

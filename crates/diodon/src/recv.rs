@@ -29,7 +29,17 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
     let s = args.resolve(&file).map_err(Fatal::config)?;
     let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
+    let tun = pick(args.tun.as_ref(), file.tun.as_ref());
     let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward) {
+        _ if tun.is_some() && s.out.is_none() && !s.stdout && s.tcp_connect.is_none() && udp_forward.is_none() => RecvOutput::Tun {
+            name: tun.unwrap_or_default(),
+            mtu: args.tun_mtu.or(file.tun_mtu),
+        },
+        _ if tun.is_some() => {
+            return Err(Fatal::config(anyhow!(
+                "--tun cannot be combined with --out, --stdout, --tcp-connect or --udp-forward"
+            )))
+        }
         (Some(path), false, None, None) => RecvOutput::Dir {
             path: path.clone(),
             files: FileSinkOptions {
@@ -46,7 +56,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         (None, false, None, Some(a)) => RecvOutput::UdpForward(a),
         _ => {
             return Err(Fatal::config(anyhow!(
-                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR"
+                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, --tun NAME"
             )))
         }
     };
@@ -55,7 +65,10 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     udp.rcvbuf = Some(s.rcvbuf.unwrap_or_else(|| rcvbuf_for(link.rate, s.stall)));
     let show_bar = match output {
         RecvOutput::Stdout => false,
-        RecvOutput::Dir { .. } | RecvOutput::Tcp(_) | RecvOutput::UdpForward(_) => !link.json,
+        RecvOutput::Dir { .. }
+        | RecvOutput::Tcp(_)
+        | RecvOutput::UdpForward(_)
+        | RecvOutput::Tun { .. } => !link.json,
     };
     let job = RecvJob {
         opts: RecvOptions {

@@ -268,6 +268,7 @@ pub fn run_sync(
         let source = metrics::Source::Send {
             progress: Arc::clone(&progress),
             udp: None,
+            tunnel: None,
             sync: Some(Arc::clone(&stats)),
         };
         metrics::serve(addr, source, peer, device)?;

@@ -139,6 +139,7 @@ fn send_one(
         mtime_sec: row.mtime_ns.div_euclid(1_000_000_000),
         mtime_nsec: row.mtime_ns.rem_euclid(1_000_000_000) as u32,
         name: row.path(),
+        aligned: false,
         sync: Some(SyncInfo {
             first_seen_unix_ms: row.first_seen_ms.cast_unsigned(),
             pass: u16::try_from(row.passes + 1).unwrap_or(u16::MAX),

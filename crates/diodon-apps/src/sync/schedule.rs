@@ -20,7 +20,7 @@ use super::reader::{Job, ReadResult};
 use super::state::{split, FileRow, State, StateError};
 use super::{AfterSend, Inbox, SyncOptions, SyncStats};
 use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
-use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
+use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -424,7 +424,6 @@ impl<'a> Scheduler<'a> {
         }
         let mut bytes = Vec::new();
         let mut records = Vec::with_capacity(tombs.len());
-        let mut pass = u32::MAX;
         for t in &tombs {
             let renamed = self.state.renamed_to(t)?;
             let (op, from, path) = match renamed {
@@ -436,7 +435,6 @@ impl<'a> Scheduler<'a> {
             } else {
                 self.stats.deletions.fetch_add(1, Ordering::Relaxed);
             }
-            pass = pass.min(t.del_passes + 1);
             Record {
                 op,
                 from,
@@ -460,11 +458,10 @@ impl<'a> Scheduler<'a> {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: MANIFEST_NAME.into(),
-            sync: Some(SyncInfo {
-                first_seen_unix_ms: diodon_io::unix_time_ms(),
-                pass: u16::try_from(pass).unwrap_or(u16::MAX),
-                digest: None,
-            }),
+            // Each record carries its own pass and first-seen time; the
+            // sync extension is for file channels only (PROTOCOL.md § 5.3.2).
+            aligned: false,
+            sync: None,
         };
         let Ok(token) = handle.open(meta) else {
             return Ok(());
