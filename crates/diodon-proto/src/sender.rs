@@ -217,6 +217,10 @@ pub enum SendError {
     /// All channel ids of this session are used.
     #[error("channel ids exhausted")]
     ChannelsExhausted,
+    /// The metadata carries an extension its kind does not take
+    /// ([`ChannelMeta::check`]); the receiver would refuse the channel.
+    #[error("channel metadata refused: {0}")]
+    BadMeta(&'static str),
     /// A record longer than a record can be (65,535 bytes), or, on an
     /// aligned channel, longer than a block.
     #[error("record of {len} bytes does not fit (at most {max})")]
@@ -514,6 +518,7 @@ impl Sender {
 
     /// Opens a channel; its metadata goes out (repeated) before its data.
     pub fn open_channel(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
+        meta.check().map_err(SendError::BadMeta)?;
         let room = if meta.sync.is_some() {
             let open_room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN)
                 .saturating_sub(crate::wire::OPEN_FIXED_LEN + crate::wire::OPEN_SYNC_LEN);

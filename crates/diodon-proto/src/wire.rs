@@ -755,6 +755,24 @@ impl ChannelMeta {
         }
     }
 
+    /// Whether the kind takes the extensions: aligned records only on a
+    /// `Datagrams` channel, sync information only on a `File` channel
+    /// (PROTOCOL.md § 5.3). The receiver refuses any other combination as
+    /// malformed, so the sender refuses to open it.
+    pub fn check(&self) -> Result<(), &'static str> {
+        Self::check_extensions(self.kind, self.aligned, self.sync.is_some())
+    }
+
+    fn check_extensions(kind: ChannelKind, aligned: bool, sync: bool) -> Result<(), &'static str> {
+        if aligned && kind != ChannelKind::Datagrams {
+            return Err("aligned records outside a datagram channel");
+        }
+        if sync && kind != ChannelKind::File {
+            return Err("sync information outside a file channel");
+        }
+        Ok(())
+    }
+
     fn parse(body: &[u8]) -> Result<Self, WireError> {
         let bad = |what| WireError::Malformed {
             kind: "channel-open",
@@ -774,12 +792,8 @@ impl ChannelMeta {
         if flags & !(OPEN_SIZE_KNOWN | OPEN_ALIGNED | OPEN_SYNC) != 0 {
             return Err(bad("undefined flag bits"));
         }
-        if flags & OPEN_ALIGNED != 0 && kind != ChannelKind::Datagrams {
-            return Err(bad("aligned records outside a datagram channel"));
-        }
-        if flags & OPEN_SYNC != 0 && kind != ChannelKind::File {
-            return Err(bad("sync information outside a file channel"));
-        }
+        Self::check_extensions(kind, flags & OPEN_ALIGNED != 0, flags & OPEN_SYNC != 0)
+            .map_err(bad)?;
         let name_len = be_u16(body, 2) as usize;
         let ext_len = if flags & OPEN_SYNC != 0 {
             OPEN_SYNC_LEN

@@ -398,6 +398,108 @@ fn open_with_size_but_no_size_flag_is_rejected() {
     fuzzing::wire(&bytes);
 }
 
+/// The open flags each belong to one kind (PROTOCOL.md § 5.3): aligned
+/// records (bit 1) to `Datagrams`, the sync extension (bit 2) to `File`.
+/// Any other combination, the two together included, is malformed, and
+/// the sender refuses to open it.
+#[test]
+fn open_flags_on_the_wrong_kind_are_rejected() {
+    use diodon_proto::wire::{WireError, OPEN_ALIGNED, OPEN_SYNC};
+    let sync = SyncInfo {
+        first_seen_unix_ms: 1,
+        pass: 1,
+        digest: None,
+    };
+    let synced = ChannelMeta {
+        sync: Some(sync),
+        ..ChannelMeta::file("f", 1)
+    };
+    // (meta, kind byte, extra flags, expected reason)
+    let cases = [
+        (
+            synced.clone(),
+            2,
+            0,
+            "sync information outside a file channel",
+        ),
+        (
+            synced.clone(),
+            3,
+            0,
+            "sync information outside a file channel",
+        ),
+        (
+            synced.clone(),
+            4,
+            0,
+            "sync information outside a file channel",
+        ),
+        (
+            synced.clone(),
+            1,
+            OPEN_ALIGNED,
+            "aligned records outside a datagram channel",
+        ),
+        (
+            synced,
+            3,
+            OPEN_ALIGNED,
+            "sync information outside a file channel",
+        ),
+        (
+            ChannelMeta::packets("p"),
+            1,
+            0,
+            "aligned records outside a datagram channel",
+        ),
+        (
+            ChannelMeta::packets("p"),
+            4,
+            0,
+            "aligned records outside a datagram channel",
+        ),
+    ];
+    for (meta, kind, extra, why) in cases {
+        let mut bytes = datagram(1, Body::Open(meta));
+        bytes[32] = kind;
+        bytes[33] |= extra;
+        let covered = bytes.len() - 4;
+        let crc = crc32c::crc32c(&bytes[..covered]);
+        bytes[covered..].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(
+            parse_datagram(&bytes, &Integrity::Crc32c),
+            Err(WireError::Malformed {
+                kind: "channel-open",
+                what: why
+            }),
+            "kind {kind}, flags {:#04x}",
+            bytes[33]
+        );
+        assert_ne!(bytes[33] & (OPEN_ALIGNED | OPEN_SYNC), 0);
+        fuzzing::wire(&bytes);
+    }
+    let mut tx = diodon_proto::Sender::new(
+        diodon_proto::SenderConfig::default(),
+        SessionId(1),
+        diodon_proto::Timestamp::ZERO,
+    )
+    .unwrap();
+    let stream_with_sync = ChannelMeta {
+        sync: Some(sync),
+        ..ChannelMeta::stream("s")
+    };
+    let file_aligned = ChannelMeta {
+        aligned: true,
+        ..ChannelMeta::file("f", 1)
+    };
+    for meta in [stream_with_sync, file_aligned] {
+        assert!(matches!(
+            tx.open_channel(meta),
+            Err(diodon_proto::SendError::BadMeta(_))
+        ));
+    }
+}
+
 /// Symbols of a block whose (forged) code the erasure coder does not
 /// support (k = 5, m = 65530: k + m fits the wire, the coder refuses) must
 /// not corrupt the buffered-bytes accounting.
