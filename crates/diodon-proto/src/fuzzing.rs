@@ -23,8 +23,8 @@ use crate::sender::{Sender, SenderConfig};
 use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, Packet, SymbolRepr, TrailerRepr, TrailerStatus, CRC_TAG_LEN,
-    FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
+    DatagramRepr, Header, Integrity, Packet, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
+    CRC_TAG_LEN, FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
 };
 use diodon_sansio::Timestamp;
 use std::collections::{HashMap, HashSet};
@@ -511,7 +511,11 @@ impl RxHarness {
                     mtime_nsec: 0,
                     aligned: kind == ChannelKind::Datagrams && input.byte() & 1 == 1,
                     name,
-                    sync: None,
+                    sync: (kind == ChannelKind::File && input.byte() & 1 == 1).then(|| SyncInfo {
+                        first_seen_unix_ms: input.u64(),
+                        pass: input.u16().max(1),
+                        digest: (input.byte() & 1 == 1).then(|| [input.byte(); 32]),
+                    }),
                 })
             }
             1 => Body::Trailer(TrailerRepr {

@@ -5,7 +5,7 @@
 
 use diodon_proto::wire::{
     parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, SymbolRepr, TrailerRepr, TrailerStatus,
+    DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
 };
 use diodon_proto::{ChannelId, SessionId};
 
@@ -61,6 +61,27 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                     name: "hello.txt".into(),
                     aligned: false,
                     sync: None,
+                }),
+            },
+            Integrity::Crc32c,
+        ),
+        (
+            "open-sync",
+            DatagramRepr {
+                header: header(2, 5),
+                body: Body::Open(ChannelMeta {
+                    kind: ChannelKind::File,
+                    size: Some(5),
+                    mode: 0o644,
+                    mtime_sec: 1_795_000_000,
+                    mtime_nsec: 0,
+                    name: "hello.txt".into(),
+                    aligned: false,
+                    sync: Some(SyncInfo {
+                        first_seen_unix_ms: 1_795_000_001_000,
+                        pass: 2,
+                        digest: Some(*blake3::hash(b"hello").as_bytes()),
+                    }),
                 }),
             },
             Integrity::Crc32c,
