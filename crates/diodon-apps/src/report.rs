@@ -375,6 +375,9 @@ impl RecvSummary {
         if let Some(f) = &self.file_sink {
             s.push_str(&file_sink_lines(f));
         }
+        if let Some(m) = &self.mirror {
+            s.push_str(&mirror_line(m));
+        }
         let _ = writeln!(
             s,
             "  {} verified bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
@@ -484,6 +487,29 @@ fn file_sink_lines(f: &FileSinkCounters) -> String {
     s
 }
 
+/// The mirror's line of the receiver's text summary (nothing when it
+/// decided nothing: a one-shot receiver).
+fn mirror_line(m: &crate::mirror::MirrorCounters) -> String {
+    if *m == crate::mirror::MirrorCounters::default() {
+        return String::new();
+    }
+    let mean = m.avail_ms_sum.checked_div(m.avail_count).unwrap_or(0);
+    format!(
+        "  mirror: files verified {}, failed {}, already present {}, deleted {}, renamed {}, records not applied {}; availability of {} files: mean {} ms, max {} ms, {} within 1 s; audit write errors {}\n",
+        m.verified,
+        m.failed,
+        m.present,
+        m.deleted,
+        m.renamed,
+        m.not_applied,
+        m.avail_count,
+        mean,
+        m.avail_ms_max,
+        m.avail_1s,
+        m.audit_errors
+    )
+}
+
 /// The tunnel source's line of the sender's text summary.
 fn tunnel_source_line(t: &TunnelSourceCounters) -> String {
     let malformed = t.malformed_truncated
@@ -571,5 +597,29 @@ mod tests {
         assert_eq!(back.exit(true), Exit::ChannelFailed, "nothing arrived");
         assert_eq!(back.exit(false), Exit::Success);
         assert!(back.text().contains("missing 7 recovered 5"));
+        assert!(!back.text().contains("mirror:"), "a one-shot receiver");
+    }
+
+    #[test]
+    fn a_mirror_receiver_says_what_it_decided() {
+        let m = crate::mirror::MirrorCounters {
+            verified: 3,
+            present: 2,
+            deleted: 1,
+            avail_count: 3,
+            avail_ms_sum: 900,
+            avail_ms_max: 500,
+            avail_1s: 3,
+            ..Default::default()
+        };
+        let line = mirror_line(&m);
+        assert!(
+            line.contains("files verified 3, failed 0, already present 2, deleted 1"),
+            "{line}"
+        );
+        assert!(
+            line.contains("availability of 3 files: mean 300 ms, max 500 ms, 3 within 1 s"),
+            "{line}"
+        );
     }
 }
