@@ -22,6 +22,7 @@
 
 use crate::mirror::{keep_digest, AuditRecord, Mirror, MirrorOptions, MirrorStats};
 use crate::names::{escape, fits_under, sanitize, SafePath};
+use crate::outdir::ensure_parent;
 use crate::quarantine::{Evicted, Item, Placed, Quarantine, Record};
 pub use crate::quarantine::{QuarantineBytes, QuarantineLimits, QUARANTINE};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
@@ -747,7 +748,7 @@ impl FileSink {
         drop(file);
         let dest = self.out.join(rel.as_path());
         let parent = dest.parent().ok_or(SinkFailure::NoParent)?;
-        ensure_dirs(&self.out, rel.as_path().parent().unwrap_or(Path::new("")))?;
+        ensure_parent(&self.out, rel)?;
         match fs::symlink_metadata(&dest) {
             Ok(m) if m.is_dir() => return Err(SinkFailure::IsADirectory(dest)),
             _ => {}
@@ -876,11 +877,6 @@ impl Sink for FileSink {
     }
 }
 
-/// Creates the directories above `rel` under `root` (see [`ensure_dirs`]).
-pub(crate) fn ensure_parent(root: &Path, rel: &SafePath) -> Result<(), SinkFailure> {
-    ensure_dirs(root, rel.as_path().parent().unwrap_or(Path::new("")))
-}
-
 /// A file failed for lack of room: its partial bytes go now (not when
 /// the verdict comes back), it is counted, and the operator is told.
 fn out_of_room(stats: &FileSinkStats, key: ChannelKey, st: &mut Staged, why: &SinkFailure) {
@@ -920,35 +916,6 @@ fn out_of_room(stats: &FileSinkStats, key: ChannelKey, st: &mut Staged, why: &Si
 fn mtime(meta: &ChannelMeta) -> Option<SystemTime> {
     let secs = u64::try_from(meta.mtime_sec).ok()?;
     UNIX_EPOCH.checked_add(Duration::new(secs, meta.mtime_nsec.min(999_999_999)))
-}
-
-/// Creates `rel`'s directories under `root` one component at a time,
-/// refusing to pass through anything that is not a real directory.
-fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), SinkFailure> {
-    let mut at = root.to_owned();
-    for c in rel.components() {
-        at.push(c);
-        match fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => return Err(SinkFailure::Symlink(at)),
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(SinkFailure::NotADirectory(at)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if let Err(e) = fs::create_dir(&at) {
-                    return Err(SinkFailure::Mkdir {
-                        path: at,
-                        source: e.into(),
-                    });
-                }
-            }
-            Err(e) => {
-                return Err(SinkFailure::Examine {
-                    path: at,
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

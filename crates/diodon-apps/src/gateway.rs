@@ -6,6 +6,7 @@
 //! ```text
 //!  SendJob ─► source thread (files | stdin | TCP | UDP flows | TUN) ─► bounded queue
 //!          ─► core thread (run_sender) ─► UDP ─► SendSummary
+//!  sync    ─► sync::run_sync (scanner, scheduler, readers, core) ─► SyncSummary
 //!  RecvJob ─► run_receiver (net / decoder / writer threads) ─► Sink
 //!          (files | stdout | TCP | UDP forward | TUN) ─► RecvSummary
 //!          (files: the sink's counters, quarantine and full disk, in both)
@@ -19,6 +20,7 @@ use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
 use crate::send::{run_sender, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
+use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
 use crate::tunnel::{
     serve_tunnel, TunSink, TunnelSinkStats, TunnelSourceOptions, TunnelSourceStats,
 };
@@ -60,13 +62,16 @@ pub enum GatewayError {
     /// A pipeline thread panicked.
     #[error("the {0} thread panicked")]
     Panicked(&'static str),
+    /// A directory-tree sync ended with an error.
+    #[error(transparent)]
+    Sync(#[from] SyncError),
 }
 
 impl GatewayError {
     /// The exit status this error ends the process with.
     pub fn exit(&self) -> Exit {
         match self {
-            GatewayError::Pipeline(e) => e.exit(),
+            GatewayError::Pipeline(e) | GatewayError::Sync(SyncError::Pipeline(e)) => e.exit(),
             _ => Exit::Io,
         }
     }
@@ -75,6 +80,29 @@ impl GatewayError {
         let what = what.into();
         move |source| GatewayError::Io { what, source }
     }
+}
+
+/// Runs a directory-tree sync (`diodon sync`) until `stop` or, with
+/// `once`, until done: the metrics endpoint first (when asked), over the
+/// sender's and the sync's counters, then [`crate::sync::run_sync`].
+pub fn run_sync(
+    opts: SyncOptions,
+    metrics: Option<MetricsOptions>,
+    stop: &Arc<AtomicBool>,
+    watch: impl FnMut(&SendProgress, &SyncStats),
+) -> Result<SyncSummary, GatewayError> {
+    let stats = Arc::new(SyncStats::default());
+    let progress = Arc::new(SendProgress::default());
+    if let Some(m) = metrics {
+        let source = metrics::Source::Send {
+            progress: Arc::clone(&progress),
+            udp: None,
+            tunnel: None,
+            sync: Some(Arc::clone(&stats)),
+        };
+        metrics::serve(m.addr, source, m.peer, m.device)?;
+    }
+    Ok(crate::sync::run_sync(opts, &stats, &progress, stop, watch)?)
 }
 
 /// Where the sender's data comes from.

@@ -23,7 +23,8 @@
 //! Delta-t driver and file exchange), [`gateway`] (one run of a side, front
 //! to back), [`report`] (summaries, exit codes), [`link`] (link settings),
 //! [`names`] (channel-name
-//! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
+//! sanitizer), [`outdir`] (directories under the output folder, never
+//! through a symlink), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`mirror`] (a sync receiver: files already present, manifests, the
@@ -45,6 +46,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod names;
 pub mod nft;
+pub mod outdir;
 pub mod quarantine;
 pub mod recv;
 pub mod report;

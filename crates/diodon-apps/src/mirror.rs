@@ -399,7 +399,7 @@ impl Mirror {
         if r.op == Op::Rename {
             let dest = self.out.join(path.as_path());
             if fs::symlink_metadata(&dest).is_err()
-                && crate::files::ensure_parent(&self.out, &path).is_ok()
+                && crate::outdir::ensure_parent(&self.out, &path).is_ok()
                 && fs::rename(&at, &dest).is_ok()
             {
                 self.prune(&victim);

@@ -3,7 +3,7 @@
 //! state database and prints what it knows.
 //!
 //! ```text
-//!  SyncArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, ScanOptions ─► sync::run_sync
+//!  SyncArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, ScanOptions ─► gateway::run_sync
 //!                                   ─► SyncSummary ─► stderr text, --json stdout, exit code
 //!  --status ─► sync::status(state) ─► text | --json
 //! ```
@@ -13,9 +13,10 @@ use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::stop::stop_flag;
 use anyhow::{anyhow, Context};
+use diodon_apps::gateway::{run_sync, MetricsOptions};
 use diodon_apps::report::Exit;
 use diodon_apps::sync::scan::{Root, ScanOptions};
-use diodon_apps::sync::{run_sync, status, AfterSend, SyncOptions};
+use diodon_apps::sync::{status, AfterSend, SyncOptions};
 use diodon_apps::SendOptions;
 use diodon_io::UdpConfig;
 use diodon_proto::SenderConfig;
@@ -114,11 +115,14 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         readers: args.readers.or(file.readers).unwrap_or(4) as usize,
         after_send,
         once: args.once || file.once.unwrap_or(false),
-        metrics: pick(args.metrics.as_ref(), file.metrics.as_ref())
-            .map(|a| (a, to.ip(), link.device.clone())),
     };
+    let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+        addr,
+        peer: to.ip(),
+        device: link.device.clone(),
+    });
     let stop = stop_flag();
-    let summary = run_sync(opts, &stop, |_, _| {}).map_err(|e| Fatal(Exit::Io, e.into()))?;
+    let summary = run_sync(opts, metrics, &stop, |_, _| {}).map_err(Fatal::gateway)?;
     let s = &summary.sync;
     print_summary(&summary);
     if link.json {

@@ -18,214 +18,39 @@
 //! Modules: [`state`] (the database), [`scan`] (the streaming scan),
 //! [`schedule`] (what goes next, what went out, the outbox), [`reader`]
 //! (reading files into channels), [`manifest`] (deletions and renames on
-//! the wire, shared with the receiver).
+//! the wire, shared with the receiver), and the leaves they share:
+//! [`options`] (what a run is told), [`stats`] (its counters, declared
+//! once), [`inbox`] (what the scheduler hears). This module wires the
+//! threads together ([`run_sync`]); the metrics endpoint over its counters
+//! is started by `gateway::run_sync`.
 
+pub mod inbox;
 pub mod manifest;
+pub mod options;
 pub mod reader;
 pub mod scan;
 pub mod schedule;
 pub mod state;
+pub mod stats;
 
-use crate::metrics::{self, MetricsError};
+pub use inbox::Inbox;
+pub use options::{AfterSend, SyncOptions};
+pub use stats::{SyncCounters, SyncStats};
+
 use crate::report::{kernel_delta, SendSummary};
-use crate::send::{run_sender, SendOptions, SendProgress, SentHook, SentNotice};
+use crate::send::{run_sender, SendProgress, SentHook};
 use crate::PipelineError;
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::UdpSnmp;
 use reader::{Job, ReaderConfig};
 use scan::ScanOptions;
 use state::{State, StateError};
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
-
-/// What the outbox does with a file once it went out `passes` times.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AfterSend {
-    /// Delete it.
-    Delete,
-    /// Move it under this directory (same relative path).
-    Move(PathBuf),
-}
-
-impl std::str::FromStr for AfterSend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "delete" => Ok(AfterSend::Delete),
-            _ => match s.strip_prefix("move:") {
-                Some(dir) if !dir.is_empty() => Ok(AfterSend::Move(PathBuf::from(dir))),
-                _ => Err(format!("{s:?}: expected `delete` or `move:DIR`")),
-            },
-        }
-    }
-}
-
-/// Everything a sync run needs.
-#[derive(Debug, Clone)]
-pub struct SyncOptions {
-    /// The sender core, socket and queue (`on_sent` is set by [`run_sync`]).
-    pub send: SendOptions,
-    /// The state database.
-    pub state: PathBuf,
-    /// Roots, ignore globs, symlinks.
-    pub scan: ScanOptions,
-    /// Times every file (and deletion) is sent (the reference system's redundancy factor).
-    pub passes: u32,
-    /// Share of the bytes repeats may take while new files wait (0 … 1).
-    pub repeat_share: f64,
-    /// A file is sent once untouched (mtime and ctime) this long.
-    pub settle: Duration,
-    /// A full rescan this often.
-    pub rescan: Duration,
-    /// Watch the roots (inotify) and rescan a changed directory at once.
-    pub watch: bool,
-    /// Files being sent at once.
-    pub in_flight: usize,
-    /// Reader threads.
-    pub readers: usize,
-    /// Outbox mode.
-    pub after_send: Option<AfterSend>,
-    /// Exit once everything went out `passes` times (after a full scan).
-    pub once: bool,
-    /// `--metrics`: where, and the peer whose route names the interface.
-    pub metrics: Option<(std::net::SocketAddr, IpAddr, Option<String>)>,
-}
-
-impl SyncOptions {
-    /// Where the file with channel name `key` is on disk.
-    pub fn disk_path(&self, key: &str) -> Option<PathBuf> {
-        let (base, rest) = key.split_once('/').unwrap_or((key, ""));
-        let root = self.scan.roots.iter().find(|r| r.base == base)?;
-        Some(if rest.is_empty() {
-            root.path.clone()
-        } else {
-            root.path.join(rest)
-        })
-    }
-}
-
-diodon_counters::counters! {
-    /// What a sync did (a snapshot of [`SyncStats`]).
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-    pub struct SyncCounters in Diodon "sync" {
-        scans: counter Count "scans" "Full scans of the source roots completed.",
-        scanned: counter Count "scanned_files" "Files looked at by the scans.",
-        found_changed: counter Count "found_changed" "New files and new versions found by the scans.",
-        found_deleted: counter Count "found_deleted" "Files the scans found gone.",
-        skipped: counter Count "scan_skipped" "Entries the scans skipped: ignore globs, symlinks, special files, names that are not UTF-8.",
-        files_new: counter Count "files_sent_first" "Files sent for the first time (new or changed versions).",
-        files_repeat: counter Count "files_sent_repeat" "Files sent again by the carousel.",
-        bytes_new: counter Bytes "sent_first" "Bytes of files sent for the first time.",
-        bytes_repeat: counter Bytes "sent_repeat" "Bytes of files sent again by the carousel.",
-        aborted: counter Count "aborted" "File channels aborted (changed or unreadable while sent, or the sync stopped).",
-        vanished: counter Count "vanished" "Files gone between scan and send.",
-        changed_while_sent: counter Count "changed_while_sent" "Files found changed when their turn came or while they were read.",
-        unsettled: counter Count "unsettled" "Files not sent yet because they were touched within the settle time.",
-        unreadable: counter Count "unreadable" "Files that cannot be sent (permissions, refused names), each logged.",
-        manifests: counter Count "manifests" "Manifest channels (deletions and renames) sent.",
-        deletions: counter Count "deletions_announced" "Deletion records sent (each repeated passes times).",
-        renames: counter Count "renames_announced" "Rename records sent (each repeated passes times).",
-        outbox_done: counter Count "outbox_done" "Files the outbox deleted or moved after their last pass.",
-        outbox_errors: counter Count "outbox_errors" "Files the outbox could not delete or move (each logged).",
-        pending: gauge Count "pending" "Files still to be sent at least once more.",
-    }
-}
-
-/// Live counters of a sync, shared with the metrics thread.
-#[derive(Debug, Default)]
-#[expect(
-    missing_docs,
-    reason = "each field is the SyncCounters field of the same name"
-)]
-pub struct SyncStats {
-    pub scans: AtomicU64,
-    pub scanned: AtomicU64,
-    pub found_changed: AtomicU64,
-    pub found_deleted: AtomicU64,
-    pub skipped: AtomicU64,
-    pub files_new: AtomicU64,
-    pub files_repeat: AtomicU64,
-    pub bytes_new: AtomicU64,
-    pub bytes_repeat: AtomicU64,
-    pub aborted: AtomicU64,
-    pub vanished: AtomicU64,
-    pub changed_while_sent: AtomicU64,
-    pub unsettled: AtomicU64,
-    pub unreadable: AtomicU64,
-    pub manifests: AtomicU64,
-    pub deletions: AtomicU64,
-    pub renames: AtomicU64,
-    pub outbox_done: AtomicU64,
-    pub outbox_errors: AtomicU64,
-    pub pending: AtomicU64,
-}
-
-impl SyncStats {
-    /// The counters now.
-    pub fn snapshot(&self) -> SyncCounters {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SyncCounters {
-            scans: g(&self.scans),
-            scanned: g(&self.scanned),
-            found_changed: g(&self.found_changed),
-            found_deleted: g(&self.found_deleted),
-            skipped: g(&self.skipped),
-            files_new: g(&self.files_new),
-            files_repeat: g(&self.files_repeat),
-            bytes_new: g(&self.bytes_new),
-            bytes_repeat: g(&self.bytes_repeat),
-            aborted: g(&self.aborted),
-            vanished: g(&self.vanished),
-            changed_while_sent: g(&self.changed_while_sent),
-            unsettled: g(&self.unsettled),
-            unreadable: g(&self.unreadable),
-            manifests: g(&self.manifests),
-            deletions: g(&self.deletions),
-            renames: g(&self.renames),
-            outbox_done: g(&self.outbox_done),
-            outbox_errors: g(&self.outbox_errors),
-            pending: g(&self.pending),
-        }
-    }
-
-    fn add_scan(&self, s: &scan::ScanSummary) {
-        self.scans.fetch_add(1, Ordering::Relaxed);
-        self.scanned.fetch_add(s.files, Ordering::Relaxed);
-        self.found_changed.fetch_add(s.changed, Ordering::Relaxed);
-        self.found_deleted.fetch_add(s.deleted, Ordering::Relaxed);
-        self.skipped.fetch_add(s.skipped, Ordering::Relaxed);
-    }
-}
-
-/// What the scheduler hears.
-#[derive(Debug)]
-pub enum Inbox {
-    /// A reader announced a file under this token.
-    Started {
-        /// The core's token.
-        token: u64,
-        /// The file's channel name.
-        key: String,
-    },
-    /// A reader is done with a file.
-    Done {
-        /// The file's channel name.
-        key: String,
-        /// What happened.
-        result: reader::ReadResult,
-    },
-    /// The core ended a channel.
-    Sent(SentNotice),
-    /// The scanner finished a full scan.
-    ScanDone,
-    /// The scanner stopped with an error: the sync ends.
-    ScanFailed(String),
-}
 
 /// Errors that end a sync.
 #[derive(Debug, thiserror::Error)]
@@ -236,9 +61,6 @@ pub enum SyncError {
     /// The sender pipeline.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
-    /// The metrics endpoint.
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
     /// A thread could not start or panicked.
     #[error("the {0} thread failed")]
     Thread(&'static str),
@@ -255,24 +77,16 @@ pub struct SyncSummary {
     pub status: state::StatusCounts,
 }
 
-/// Runs a sync until `stop` (or, with `once`, until done); `watch` sees the
-/// sender's progress and the sync's counters every 100 ms.
+/// Runs a sync until `stop` (or, with `once`, until done), counting into
+/// `stats` and `progress` (which a metrics endpoint may already be
+/// reading: `gateway::run_sync`); `watch` sees both every 100 ms.
 pub fn run_sync(
     mut opts: SyncOptions,
+    stats: &Arc<SyncStats>,
+    progress: &Arc<SendProgress>,
     stop: &Arc<AtomicBool>,
     mut watch: impl FnMut(&SendProgress, &SyncStats),
 ) -> Result<SyncSummary, SyncError> {
-    let stats = Arc::new(SyncStats::default());
-    let progress = Arc::new(SendProgress::default());
-    if let Some((addr, peer, device)) = opts.metrics.clone() {
-        let source = metrics::Source::Send {
-            progress: Arc::clone(&progress),
-            udp: None,
-            tunnel: None,
-            sync: Some(Arc::clone(&stats)),
-        };
-        metrics::serve(addr, source, peer, device)?;
-    }
     let (inbox_tx, inbox) = mpsc::channel::<Inbox>();
     let hook_tx = Mutex::new(inbox_tx.clone());
     opts.send.on_sent = Some(SentHook(Arc::new(move |n| {
@@ -286,7 +100,7 @@ pub fn run_sync(
 
     // The core: aborts its open channels when the sync is stopped.
     let core_stop = Arc::clone(stop);
-    let core_progress = Arc::clone(&progress);
+    let core_progress = Arc::clone(progress);
     let send_opts = opts.send.clone();
     let core = thread::Builder::new()
         .name("diodon-sender".into())
@@ -321,7 +135,7 @@ pub fn run_sync(
         let (path, scan_opts, st, tx) = (
             opts.state.clone(),
             opts.scan.clone(),
-            Arc::clone(&stats),
+            Arc::clone(stats),
             inbox_tx.clone(),
         );
         let (every, stop2, watch) = (opts.rescan, Arc::clone(&scanner_stop), opts.watch);
@@ -340,7 +154,7 @@ pub fn run_sync(
     };
     drop(inbox_tx);
 
-    let (opts_ref, stats_ref) = (&opts, &*stats);
+    let (opts_ref, stats_ref) = (&opts, &**stats);
     let result = thread::scope(|s| {
         let sched = s.spawn(move || {
             let mut sched = schedule::Scheduler::new(state, opts_ref, stats_ref, handle, job_tx);
@@ -348,7 +162,7 @@ pub fn run_sync(
             (r, sched.state.status(opts_ref.passes))
         });
         while !sched.is_finished() {
-            watch(&progress, &stats);
+            watch(progress, stats);
             thread::sleep(Duration::from_millis(100));
         }
         sched.join().map_err(|_| SyncError::Thread("scheduler"))

@@ -14,8 +14,8 @@
 //!                   fstat again: changed while read? ─► abort : finish ─► Done ─► scheduler
 //! ```
 
+use super::inbox::{Inbox, ReadResult};
 use super::state::FileRow;
-use super::Inbox;
 use crate::files::read_full;
 use crate::send::{SourceHandle, CHUNK};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
@@ -34,24 +34,6 @@ pub struct Job {
     pub row: FileRow,
     /// Where it is on disk.
     pub path: PathBuf,
-}
-
-/// What a reader did with a job (the pass itself is counted when the
-/// core's notice says the channel went out).
-#[derive(Debug)]
-pub enum ReadResult {
-    /// Read and finished; the core's notice follows.
-    Finished,
-    /// The file is gone.
-    Vanished,
-    /// Another version is on disk now (its row, as seen).
-    Changed(FileRow),
-    /// Touched within the settle time: not yet.
-    Unstable(i64),
-    /// It cannot be read (logged).
-    Unreadable(String),
-    /// The sender pipeline stopped.
-    Closed,
 }
 
 /// The settings every reader shares.

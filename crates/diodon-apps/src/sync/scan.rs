@@ -18,7 +18,7 @@
 //! unreadable (or unmounted) source never looks like a mass deletion.
 
 use super::state::{join, FileRow, State, StateError};
-use super::SyncStats;
+use super::stats::SyncStats;
 use globset::GlobSet;
 use std::collections::HashSet;
 use std::fs;
@@ -146,7 +146,7 @@ pub fn scan(
         }
     }
     apply(state, &mut writes, &mut sum)?;
-    stats.add_scan(&sum);
+    count(stats, &sum);
     Ok(sum)
 }
 
@@ -337,4 +337,13 @@ fn scan_dir(
         }
     }
     Ok(())
+}
+
+/// Counts a finished scan.
+fn count(stats: &SyncStats, s: &ScanSummary) {
+    stats.scans.fetch_add(1, Ordering::Relaxed);
+    stats.scanned.fetch_add(s.files, Ordering::Relaxed);
+    stats.found_changed.fetch_add(s.changed, Ordering::Relaxed);
+    stats.found_deleted.fetch_add(s.deleted, Ordering::Relaxed);
+    stats.skipped.fetch_add(s.skipped, Ordering::Relaxed);
 }

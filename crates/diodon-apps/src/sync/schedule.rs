@@ -15,10 +15,12 @@
 //! dispatched, so a page read before a pass was counted never sends the
 //! same pass twice.
 
+use super::inbox::{Inbox, ReadResult};
 use super::manifest::{Op, Record, MANIFEST_NAME, MAX_RECORDS};
-use super::reader::{Job, ReadResult};
+use super::options::{AfterSend, SyncOptions};
+use super::reader::Job;
 use super::state::{split, FileRow, State, StateError};
-use super::{AfterSend, Inbox, SyncOptions, SyncStats};
+use super::stats::SyncStats;
 use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
 use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::{HashMap, VecDeque};
