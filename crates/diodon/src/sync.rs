@@ -3,7 +3,7 @@
 //! state database and prints what it knows.
 //!
 //! ```text
-//!  SyncArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, ScanOptions ─► gateway::run_sync
+//!  SyncArgs + FileConfig ─► Link ─► send::{sender_config, socket}, ScanOptions ─► gateway::run_sync
 //!                                   ─► SyncSummary ─► stderr text, --json stdout, exit code
 //!  --status ─► sync::status(state) ─► text | --json
 //! ```
@@ -11,6 +11,7 @@
 use crate::args::SyncArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
+use crate::send::{sender_config, socket};
 use crate::stop::stop_flag;
 use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{run_sync, MetricsOptions};
@@ -18,10 +19,8 @@ use diodon_apps::report::Exit;
 use diodon_apps::sync::scan::{Root, ScanOptions};
 use diodon_apps::sync::{status, AfterSend, SyncOptions};
 use diodon_apps::SendOptions;
-use diodon_io::UdpConfig;
-use diodon_proto::SenderConfig;
 use globset::{Glob, GlobSetBuilder};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -70,24 +69,9 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     let to = pick(args.to.as_ref(), file.to.as_ref())
         .context("--to ADDR is required")
         .map_err(Fatal::config)?;
-    let config = SenderConfig {
-        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
-        block_symbols: link.block,
-        repair: link.repair,
-        interleave_depth: link.interleave,
-        rate: link.rate,
-        per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
-        integrity: link.integrity.clone(),
-        delta_t: link.delta_t,
-        beacon_interval: link.beacon,
-        ..SenderConfig::default()
-    };
-    config.validate().map_err(|e| Fatal::config(e.into()))?;
-    let bind = pick(args.bind.as_ref(), file.bind.as_ref()).unwrap_or_else(|| any_addr(to));
-    let mut udp = UdpConfig::new(bind);
-    udp.device.clone_from(&link.device);
-    udp.sndbuf = Some(4 << 20);
-    udp.gso = !(args.no_gso || file.no_gso.unwrap_or(false));
+    let config = sender_config(&link, to)?;
+    let bind = pick(args.bind.as_ref(), file.bind.as_ref());
+    let udp = socket(&link, bind, to, args.no_gso || file.no_gso.unwrap_or(false));
     let after_send = pick(args.after_send.as_ref(), file.after_send.as_ref())
         .map(|s| s.parse::<AfterSend>())
         .transpose()
@@ -262,13 +246,4 @@ fn ignores(
         b.add(Glob::new(g).with_context(|| format!("--ignore {g}"))?);
     }
     Ok(b.build()?)
-}
-
-/// The unspecified address of `like`'s family.
-fn any_addr(like: SocketAddr) -> SocketAddr {
-    if like.is_ipv6() {
-        SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
-    } else {
-        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
-    }
 }
