@@ -11,6 +11,8 @@
 //!  now: Timestamp <---------------------- clock::MonotonicClock
 //!  stats exporters <--------------------- counters (/proc/net/snmp, sysfs link stats)
 //!  tests / benches ---------------------> netns (enter a testbed namespace)
+//!  frames (tap, agent) <----------------- packet::CaptureRing (TPACKET_V3 + fanout, ring drops)
+//!  frames ------------------------------> packet::RawSender (sendmmsg), tun::Tun (TAP), pcap
 //! ```
 //!
 //! Modules:
@@ -20,7 +22,13 @@
 //!   batched send/receive on IPv4 and IPv6.
 //! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
 //!   per-interface statistics), snapshots and saturating deltas.
-//! - [`tun`]: open a TUN device (IP packets in user space).
+//! - [`tun`]: open a TUN device (IP packets in user space) or a TAP device
+//!   (Ethernet frames).
+//! - [`packet`]: `AF_PACKET` capture through a `TPACKET_V3` ring with
+//!   fanout and its kernel drop counter, raw frame sending, interface
+//!   index and MAC.
+//! - [`pcap`]: pcap files (nanosecond timestamps), rotated; read back.
+//! - [`signal`]: SIGHUP counted, for reloads.
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
@@ -30,7 +38,10 @@ pub mod clock;
 pub mod counters;
 pub mod fs;
 pub mod netns;
+pub mod packet;
+pub mod pcap;
 pub mod route;
+pub mod signal;
 pub mod tun;
 pub mod udp;
 

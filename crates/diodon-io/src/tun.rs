@@ -1,5 +1,8 @@
-//! TUN devices: IP packets of a network interface, read and written by a user
-//! process. The impairment relay (`diodon-lab`'s `relay`) joins two TUN devices in
+//! TUN and TAP devices: IP packets (TUN) or Ethernet frames (TAP) of a
+//! network interface, read and written by a user process. A frame written
+//! to a TAP arrives on its interface as if received from a wire: any
+//! capture tool, flow exporter or IDS reads it there (the tap agent's and
+//! the receiver's `--tap-out`). The impairment relay (`diodon-lab`'s `relay`) joins two TUN devices in
 //! two namespaces into an IP link with delay, loss and reordering, which is
 //! what this kernel's missing `sch_netem` would have done.
 //!
@@ -18,7 +21,8 @@ use std::time::Duration;
 /// `TUNSETIFF` = `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 
-/// An open TUN device (no packet-information header: each read is one IP packet).
+/// An open TUN or TAP device (no packet-information header: each read is
+/// one IP packet or one Ethernet frame).
 #[derive(Debug)]
 pub struct Tun {
     file: File,
@@ -28,8 +32,17 @@ pub struct Tun {
 impl Tun {
     /// Creates (or attaches to) TUN device `name` in the calling thread's
     /// network namespace. Needs `CAP_NET_ADMIN`.
-    #[expect(unsafe_code, reason = "ioctl(TUNSETIFF) has no safe std wrapper")]
     pub fn open(name: &str) -> io::Result<Tun> {
+        Tun::open_with(name, libc::IFF_TUN)
+    }
+
+    /// Creates (or attaches to) TAP device `name` (Ethernet frames).
+    pub fn open_tap(name: &str) -> io::Result<Tun> {
+        Tun::open_with(name, libc::IFF_TAP)
+    }
+
+    #[expect(unsafe_code, reason = "ioctl(TUNSETIFF) has no safe std wrapper")]
+    fn open_with(name: &str, kind: libc::c_int) -> io::Result<Tun> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -45,7 +58,7 @@ impl Tun {
         for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
             *d = s.cast_signed();
         }
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        req.ifr_ifru.ifru_flags = (kind | libc::IFF_NO_PI) as libc::c_short;
         // SAFETY: `req` is a valid ifreq that lives for the call; the fd is open.
         let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &raw mut req) };
         if rc != 0 {
