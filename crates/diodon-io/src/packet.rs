@@ -605,10 +605,13 @@ impl RawSender {
     }
 
     /// Sends every frame, in order, `SEND_BATCH` per syscall; a full
-    /// device queue is waited out (never dropped here). An interface that
-    /// went away is an error.
+    /// device queue is waited out (never dropped here). Returns the indexes
+    /// of frames the interface refused as larger than its MTU (`EMSGSIZE`;
+    /// skipped, the caller counts them). An interface that went away is an
+    /// error.
     #[expect(unsafe_code, reason = "sendmmsg(2) over iovecs that borrow the frames")]
-    pub fn send_all(&mut self, frames: &[&[u8]]) -> io::Result<()> {
+    pub fn send_all(&mut self, frames: &[&[u8]]) -> io::Result<Vec<usize>> {
+        let mut refused = Vec::new();
         let mut done = 0usize;
         let mut tries = 0u32;
         while done < frames.len() {
@@ -646,6 +649,11 @@ impl RawSender {
                 continue;
             }
             let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                refused.push(done);
+                done += 1;
+                continue;
+            }
             let full = matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::EAGAIN));
             if (full || e.kind() == io::ErrorKind::Interrupted) && tries < 100_000 {
                 tries += 1;
@@ -655,6 +663,6 @@ impl RawSender {
             }
             return Err(with_context(&e, &format!("sending on {}", self.interface)));
         }
-        Ok(())
+        Ok(refused)
     }
 }

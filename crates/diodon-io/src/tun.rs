@@ -101,6 +101,36 @@ impl Tun {
     }
 }
 
+/// Brings interface `name` up (`SIOCSIFFLAGS` with `IFF_UP`), as
+/// `ip link set NAME up` does. Needs `CAP_NET_ADMIN`.
+#[expect(
+    unsafe_code,
+    reason = "ioctl(SIOCGIFFLAGS/SIOCSIFFLAGS) has no safe std wrapper"
+)]
+pub fn set_link_up(name: &str) -> io::Result<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0")
+        .or_else(|_| std::net::UdpSocket::bind("[::1]:0"))?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s.cast_signed();
+    }
+    // SAFETY: `req` is a valid ifreq for both calls; the fd is open.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &raw mut req) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &raw mut req) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// `poll(2)` for readability with a timeout.
 #[expect(unsafe_code, reason = "poll(2) has no safe std wrapper")]
 fn poll_readable(fd: std::os::fd::RawFd, timeout: Duration) -> io::Result<bool> {
