@@ -7,7 +7,7 @@
 //!  SendJob ─► source thread (files | stdin | TCP | UDP flows) ─► bounded queue
 //!          ─► core thread (run_sender) ─► UDP ─► SendSummary
 //!  RecvJob ─► run_receiver (net / decoder / writer threads) ─► Sink
-//!          (files | stdout | TCP | UDP forward) ─► RecvSummary
+//!          (files | stdout | TCP | UDP forward | tap packets) ─► RecvSummary
 //!          (files: the sink's counters, quarantine and full disk, in both)
 //!  both:   --metrics thread (metrics::serve), kernel UDP MIB before/after,
 //!          process CPU seconds; watch(&progress) every 100 ms meanwhile
@@ -15,6 +15,7 @@
 
 use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
 use crate::metrics::{self, MetricsError};
+use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
 use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
 use crate::send::{run_sender, SendOptions, SendProgress};
@@ -205,6 +206,8 @@ pub enum RecvOutput {
     Tcp(SocketAddr),
     /// Every datagram channel's records as UDP datagrams to this address.
     UdpForward(SocketAddr),
+    /// The tap's packet channels, per agent to a TAP interface or pcap files.
+    Packets(PacketOutput),
 }
 
 /// Everything one `diodon recv` run needs.
@@ -236,11 +239,14 @@ pub fn run_recv(
         matches!(output, RecvOutput::UdpForward(_)).then(|| Arc::new(UdpForwardStats::default()));
     let file_stats =
         matches!(output, RecvOutput::Dir { .. }).then(|| Arc::new(FileSinkStats::default()));
+    let packet_stats =
+        matches!(output, RecvOutput::Packets(_)).then(|| Arc::new(PacketSinkStats::default()));
     if let Some(m) = metrics {
         let source = metrics::Source::Recv {
             progress: Arc::clone(&progress),
             udp: forward.clone(),
             files: file_stats.clone(),
+            packets: packet_stats.clone(),
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
     }
@@ -268,11 +274,37 @@ pub fn run_recv(
                 &mut watch,
             )?
         }
+        RecvOutput::Packets(out) => {
+            let stats = packet_stats.clone().unwrap_or_default();
+            receive(
+                &opts,
+                PacketSink::new(out, stats),
+                &progress,
+                &stop,
+                &mut watch,
+            )?
+        }
     };
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
     summary.udp_forward = forward.map(|f| f.snapshot());
     summary.file_sink = file_stats.map(|f| f.snapshot());
+    if let Some(p) = packet_stats {
+        summary.packet_sink = Some(p.snapshot());
+        summary.packet_agents = p
+            .agents
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(&agent, &(delivered, lost))| crate::report::PacketAgent {
+                        agent,
+                        delivered,
+                        lost,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
     Ok(summary)
 }
 

@@ -32,14 +32,17 @@
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
 
+pub mod agent;
 pub mod deltat;
 pub mod files;
+pub mod frames_out;
 pub mod gateway;
 pub mod guard;
 pub mod link;
 pub mod metrics;
 pub mod names;
 pub mod nft;
+pub mod packet_sink;
 pub mod quarantine;
 pub mod recv;
 pub mod report;
@@ -47,6 +50,7 @@ pub mod send;
 pub mod sink_error;
 pub mod stats;
 pub mod stream;
+pub mod tap;
 pub mod udp_flow;
 
 pub use recv::{

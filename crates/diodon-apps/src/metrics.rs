@@ -10,6 +10,9 @@
 //!     socket      SenderCounters / RecvSocketCounters (SO_RXQ_OVFL drops)
 //!     flows       UdpSourceCounters / UdpForwardCounters
 //!     files       FileSinkCounters (full disk, quarantine evictions and levels)
+//!     packets     PacketSinkCounters (tap channels: delivered, lost, late)
+//!     tap         TapCounters, TapAgentCounters{agent=…}, RuleHitCounters{line=…,action=…}
+//!     agent       AgentCounters (decapsulated, passed, delivered, ring and output drops)
 //!     kernel      kernel_udp_* (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
 //!     link        kernel_link_*{interface=…} (sysfs, every interface of the netns)
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
@@ -21,9 +24,12 @@
 //! written here. `diodon stats --diodon ADDR` reads `/counters` back as a
 //! [`Counters`].
 
+use crate::agent::AgentStats;
 use crate::files::FileSinkStats;
+use crate::packet_sink::PacketSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
+use crate::tap::stats::{RuleHitCounters, TapStats};
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
 use diodon_counters::prometheus::{Page, CONTENT_TYPE};
 use diodon_counters::{CounterSet, Owner, Snapshot};
@@ -56,6 +62,20 @@ pub enum Source {
         udp: Option<Arc<UdpForwardStats>>,
         /// The file sink, if any.
         files: Option<Arc<FileSinkStats>>,
+        /// The packet sink (tap channels), if any.
+        packets: Option<Arc<PacketSinkStats>>,
+    },
+    /// `diodon tap`.
+    Tap {
+        /// The tap's counters.
+        stats: Arc<TapStats>,
+        /// The one-way sender's, when going across the diode.
+        progress: Option<Arc<SendProgress>>,
+    },
+    /// `diodon agent`.
+    Agent {
+        /// The agent's counters.
+        stats: Arc<AgentStats>,
     },
 }
 
@@ -152,8 +172,12 @@ fn respond(
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
     /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
-    /// `file_sink`).
+    /// `file_sink`, `packet_sink`, `tap`, `agent`).
     pub diodon: BTreeMap<String, Snapshot>,
+    /// Diodon's sets that carry labels, by `subsystem{label=value,…}`
+    /// (the tap's per-agent and per-rule counters).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labeled: BTreeMap<String, Snapshot>,
     /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
     pub kernel: BTreeMap<String, Snapshot>,
     /// Link statistics (`LinkStats`) by interface.
@@ -166,6 +190,8 @@ pub struct Counters {
 pub trait Exporter {
     /// One counter set under `subsystem`, of one interface when `interface` is given.
     fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>);
+    /// One counter set under `subsystem` with labels (one agent, one rule).
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]);
     /// The interface that carries the link.
     fn interface_in_use(&mut self, interface: &str);
 }
@@ -176,6 +202,10 @@ impl Exporter for Page {
             Some(i) => self.add_as(set, subsystem, &[("interface", i)]),
             None => self.add_as(set, subsystem, &[]),
         }
+    }
+
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]) {
+        self.add_as(set, subsystem, labels);
     }
 
     fn interface_in_use(&mut self, interface: &str) {
@@ -196,6 +226,12 @@ impl Exporter for Counters {
             None => (&mut self.kernel, subsystem),
         };
         map.insert(key.to_owned(), set.snapshot());
+    }
+
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]) {
+        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        self.labeled
+            .insert(format!("{subsystem}{{{}}}", l.join(",")), set.snapshot());
     }
 
     fn interface_in_use(&mut self, interface: &str) {
@@ -240,6 +276,7 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             progress,
             udp,
             files,
+            packets,
         } => {
             let core = progress
                 .snapshot
@@ -254,7 +291,28 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(f) = files {
                 own(out, &f.snapshot());
             }
+            if let Some(p) = packets {
+                own(out, &p.snapshot());
+            }
         }
+        Source::Tap { stats, progress } => {
+            own(out, &stats.snapshot());
+            for (i, a) in stats.agents.iter().enumerate() {
+                let i = i.to_string();
+                out.labeled(&a.snapshot(), "tap_agent", &[("agent", &i)]);
+            }
+            for h in stats.rule_hits() {
+                let line = h.line.to_string();
+                let set = RuleHitCounters { frames: h.frames };
+                out.labeled(&set, "tap_rule", &[("line", &line), ("action", &h.action)]);
+            }
+            if let Some(p) = progress {
+                let (core, socket) = p.snapshot.lock().map(|g| g.clone()).unwrap_or_default();
+                own(out, &core);
+                own(out, &socket);
+            }
+        }
+        Source::Agent { stats } => own(out, &stats.snapshot()),
     }
     kernel(out, iface);
 }
@@ -318,6 +376,7 @@ mod tests {
             progress,
             udp: None,
             files: Some(files),
+            packets: None,
         };
         let addr = serve(
             "127.0.0.1:0".parse().expect("test"),
@@ -344,7 +403,7 @@ mod tests {
         assert_eq!(c.interface.as_deref(), Some("lo"));
         // Every sample of the page is a value of the JSON, and the other way round.
         let samples = diodon_counters::prometheus::parse(&page).len();
-        let values: usize = [&c.diodon, &c.kernel, &c.link]
+        let values: usize = [&c.diodon, &c.labeled, &c.kernel, &c.link]
             .iter()
             .flat_map(|m| m.values())
             .map(|s| s.0.len())

@@ -16,6 +16,7 @@
 //! `from_output` (the last JSON line), never by indexing untyped JSON.
 
 use crate::files::FileSinkCounters;
+use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
@@ -64,6 +65,17 @@ impl PipelineError {
             _ => Exit::Io,
         }
     }
+}
+
+/// One agent's packets on the receiving side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketAgent {
+    /// The agent number.
+    pub agent: usize,
+    /// Frames written.
+    pub delivered: u64,
+    /// Frames counted lost.
+    pub lost: u64,
 }
 
 /// The kernel's UDP counters over a run: `after − before` (empty when either
@@ -274,6 +286,12 @@ pub struct RecvSummary {
     /// evictions and levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_sink: Option<FileSinkCounters>,
+    /// With `--tap-out`/`--pcap-out`: the tap's packets delivered and lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_sink: Option<PacketSinkCounters>,
+    /// The same per agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packet_agents: Vec<PacketAgent>,
 }
 
 impl RecvSummary {
@@ -309,6 +327,8 @@ impl RecvSummary {
             kernel,
             udp_forward: None,
             file_sink: None,
+            packet_sink: None,
+            packet_agents: Vec::new(),
         }
     }
 
@@ -343,7 +363,25 @@ impl RecvSummary {
         }
     }
 
-    /// Human text.
+    /// The tap packets' lines of [`RecvSummary::text`].
+    fn packet_text(&self, s: &mut String) {
+        if let Some(p) = &self.packet_sink {
+            let _ = writeln!(
+                s,
+                "  packets delivered {} ({} bytes), lost {} (counted from sequence gaps), late {}; segments {} (failed {}); dropped behind the outputs {}",
+                p.delivered, p.delivered_bytes, p.lost, p.late, p.segments, p.segments_failed, p.output_drops
+            );
+            for a in &self.packet_agents {
+                let _ = writeln!(
+                    s,
+                    "    agent {}: delivered {}, lost {}",
+                    a.agent, a.delivered, a.lost
+                );
+            }
+        }
+    }
+
+    /// Human-readable text.
     pub fn text(&self) -> String {
         let (c, io, k) = (&self.core, &self.socket, &self.kernel);
         let mut s = String::new();
@@ -351,6 +389,7 @@ impl RecvSummary {
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
         }
+        self.packet_text(&mut s);
         if let Some(f) = &self.file_sink {
             if f.no_space > 0 {
                 let _ = writeln!(

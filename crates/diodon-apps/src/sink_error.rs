@@ -39,6 +39,10 @@ pub enum Refusal {
     /// A byte stream reached the UDP forwarder.
     #[error("--udp-forward takes only datagram channels, not {0:?}")]
     NotDatagrams(ChannelKind),
+    /// A channel that is not one of the tap's packet channels reached the
+    /// packet sink, or one of its records is malformed.
+    #[error("not a packet channel: {0}")]
+    NotPackets(String),
 }
 
 /// A file operation of the file sink (the text before `: <OS error>`).
@@ -192,6 +196,9 @@ pub enum SinkFailure {
         /// The OS error.
         source: Arc<io::Error>,
     },
+    /// A frame output (TAP interface, pcap folder) failed.
+    #[error("{0}")]
+    Output(String),
     /// Sending to the UDP destination failed.
     #[error("send to {dest}: {source}")]
     SendTo {

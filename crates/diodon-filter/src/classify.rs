@@ -73,7 +73,10 @@ pub fn key(h: &Headers) -> [u128; DIMS] {
 }
 
 /// A rule's inclusive interval in each dimension ([`FULL`] = any).
-#[expect(clippy::many_single_char_names, reason = "one letter per dimension reads best here")]
+#[expect(
+    clippy::many_single_char_names,
+    reason = "one letter per dimension reads best here"
+)]
 fn ranges(m: &Match) -> [(u128, u128); DIMS] {
     let mut r = [FULL; DIMS];
     let wide = |(a, b): (u64, u64)| (u128::from(a), u128::from(b));
@@ -181,6 +184,78 @@ struct Local {
     words: Vec<u64>,
 }
 
+impl Summary {
+    /// Level 1 of dimension `d`: for each elementary interval, which chunks
+    /// hold a rule covering it.
+    fn build(d: usize, rules: &[[(u128, u128); DIMS]], members: &[Vec<u32>], words: usize) -> Self {
+        let bounds = Bounds::of(rules.iter().map(|r| r[d]).filter(|r| *r != FULL));
+        let e = bounds.len();
+        let mut bits = vec![0u64; e * words];
+        let mut spans: Vec<(usize, usize)> = Vec::with_capacity(64);
+        for (c, ids) in members.iter().enumerate() {
+            spans.clear();
+            if ids.iter().any(|&i| rules[i as usize][d] == FULL) {
+                spans.push((0, e - 1));
+            } else {
+                spans.extend(ids.iter().map(|&i| {
+                    let (lo, hi) = rules[i as usize][d];
+                    (bounds.entry(lo), bounds.entry(hi))
+                }));
+                spans.sort_unstable();
+            }
+            let mut upto = 0usize; // entries below this are already set
+            for &(a, b) in &spans {
+                for i in a.max(upto)..=b {
+                    bits[i * words + c / 64] |= 1 << (c % 64);
+                }
+                upto = upto.max(b + 1);
+            }
+        }
+        Summary {
+            dim: d,
+            bounds,
+            bits,
+        }
+    }
+}
+
+impl Chunk {
+    /// Level 2 of one chunk: per constrained dimension, its own intervals
+    /// and a word of the rules covering each.
+    fn build(ids: Vec<u32>, rules: &[[(u128, u128); DIMS]]) -> Self {
+        let range = |i: u32, d: usize| rules[i as usize][d];
+        let all = if ids.len() == 64 {
+            u64::MAX
+        } else {
+            (1u64 << ids.len()) - 1
+        };
+        let dims = (0..DIMS)
+            .filter(|&d| ids.iter().any(|&i| range(i, d) != FULL))
+            .map(|d| {
+                let bounds = Bounds::of(ids.iter().map(|&i| range(i, d)).filter(|r| *r != FULL));
+                let mut w = vec![0u64; bounds.len()];
+                for (j, &i) in ids.iter().enumerate() {
+                    let (lo, hi) = range(i, d);
+                    let (a, b) = if (lo, hi) == FULL {
+                        (0, bounds.len() - 1)
+                    } else {
+                        (bounds.entry(lo), bounds.entry(hi))
+                    };
+                    for x in &mut w[a..=b] {
+                        *x |= 1 << j;
+                    }
+                }
+                Local {
+                    dim: d,
+                    bounds,
+                    words: w,
+                }
+            })
+            .collect();
+        Chunk { all, dims, ids }
+    }
+}
+
 /// Up to 64 rules of one shape, their bits in file order.
 #[derive(Debug, Clone)]
 struct Chunk {
@@ -233,72 +308,13 @@ impl Classifier {
         for c in 0..nchunks {
             valid[c / 64] |= 1 << (c % 64);
         }
-        let range = |i: u32, d: usize| rules[i as usize][d];
-        let mut summary = Vec::new();
-        for d in 0..DIMS {
-            if rules.iter().all(|r| r[d] == FULL) {
-                continue;
-            }
-            let bounds = Bounds::of(rules.iter().map(|r| r[d]).filter(|r| *r != FULL));
-            let e = bounds.len();
-            let mut bits = vec![0u64; e * words];
-            let mut spans: Vec<(usize, usize)> = Vec::with_capacity(64);
-            for (c, ids) in members.iter().enumerate() {
-                spans.clear();
-                if ids.iter().any(|&i| range(i, d) == FULL) {
-                    spans.push((0, e - 1));
-                } else {
-                    spans.extend(ids.iter().map(|&i| {
-                        let (lo, hi) = range(i, d);
-                        (bounds.entry(lo), bounds.entry(hi))
-                    }));
-                    spans.sort_unstable();
-                }
-                let mut upto = 0usize; // entries below this are already set
-                for &(a, b) in &spans {
-                    for i in a.max(upto)..=b {
-                        bits[i * words + c / 64] |= 1 << (c % 64);
-                    }
-                    upto = upto.max(b + 1);
-                }
-            }
-            summary.push(Summary { dim: d, bounds, bits });
-        }
+        let summary = (0..DIMS)
+            .filter(|&d| rules.iter().any(|r| r[d] != FULL))
+            .map(|d| Summary::build(d, &rules, &members, words))
+            .collect();
         let chunks = members
             .into_iter()
-            .map(|ids| {
-                let all = if ids.len() == 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << ids.len()) - 1
-                };
-                let dims = (0..DIMS)
-                    .filter(|&d| ids.iter().any(|&i| range(i, d) != FULL))
-                    .map(|d| {
-                        let bounds = Bounds::of(
-                            ids.iter().map(|&i| range(i, d)).filter(|r| *r != FULL),
-                        );
-                        let mut w = vec![0u64; bounds.len()];
-                        for (j, &i) in ids.iter().enumerate() {
-                            let (lo, hi) = range(i, d);
-                            let (a, b) = if (lo, hi) == FULL {
-                                (0, bounds.len() - 1)
-                            } else {
-                                (bounds.entry(lo), bounds.entry(hi))
-                            };
-                            for x in &mut w[a..=b] {
-                                *x |= 1 << j;
-                            }
-                        }
-                        Local {
-                            dim: d,
-                            bounds,
-                            words: w,
-                        }
-                    })
-                    .collect();
-                Chunk { all, dims, ids }
-            })
+            .map(|ids| Chunk::build(ids, &rules))
             .collect();
         Classifier {
             actions: set.rules.iter().map(|r| r.action).collect(),

@@ -48,7 +48,10 @@ pub struct FlowKey {
 
 impl FlowKey {
     /// The key of a frame.
-    #[expect(clippy::many_single_char_names, reason = "h, x, y, a, b as in the diagram above")]
+    #[expect(
+        clippy::many_single_char_names,
+        reason = "h, x, y, a, b as in the diagram above"
+    )]
     pub fn of(h: &Headers, mode: FlowMode) -> FlowKey {
         let vlan = h.vlan.unwrap_or(4096);
         let (x, y, kind) = match h.l3 {

@@ -45,7 +45,7 @@ pub mod signal;
 pub mod tun;
 pub mod udp;
 
-pub use clock::{unix_time_ms, MonotonicClock};
+pub use clock::{unix_time_ms, unix_time_ns, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
     open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBuffer,

@@ -94,7 +94,7 @@ impl PcapWriter {
 }
 
 /// When a rotating writer starts the next file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rotation {
     /// After this many bytes (0: never by size).
     pub max_bytes: u64,
