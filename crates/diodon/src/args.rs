@@ -49,6 +49,11 @@ pub enum Command {
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
+    /// Mirrored traffic: capture, ACL pre-filter, flows spread over agents,
+    /// encapsulated to them and/or across the diode (SIGHUP reloads the rules).
+    Tap(crate::tap::TapArgs),
+    /// The tap's agent: strip the encapsulation, hand frames to a TAP, pcap files or a socket.
+    Agent(crate::agent::AgentArgs),
 }
 
 /// Settings shared by both sides.
@@ -144,6 +149,18 @@ pub struct RecvArgs {
     /// Send every record of received UDP flows to this address, one datagram each.
     #[arg(long, value_name = "ADDR")]
     pub udp_forward: Option<SocketAddr>,
+    /// The tap's packets: each agent's frames to TAP interface PREFIX<agent>.
+    #[arg(long, value_name = "PREFIX")]
+    pub tap_out: Option<String>,
+    /// The tap's packets: each agent's frames to DIR/agent-<agent>-NNNNNN.pcap.
+    #[arg(long, value_name = "DIR")]
+    pub pcap_out: Option<PathBuf>,
+    /// With --pcap-out: a file ends after this many MiB. Default 100.
+    #[arg(long, value_name = "MIB")]
+    pub rotate_mb: Option<u64>,
+    /// With --pcap-out: ... or after this many seconds (0: never). Default 0.
+    #[arg(long, value_name = "SECS")]
+    pub rotate_secs: Option<u64>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,

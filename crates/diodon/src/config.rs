@@ -22,8 +22,10 @@ use std::time::Duration;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
-    to: Option<SocketAddr>,
-    bind: Option<SocketAddr>,
+    /// `to` (send, tap).
+    pub to: Option<SocketAddr>,
+    /// `bind` (send, tap).
+    pub bind: Option<SocketAddr>,
     listen: Option<SocketAddr>,
     tcp_listen: Option<SocketAddr>,
     tcp_connect: Option<SocketAddr>,
@@ -56,6 +58,14 @@ pub struct FileConfig {
     no_fsync: Option<bool>,
     quarantine_bytes: Option<SizeValue>,
     quarantine_entries: Option<u64>,
+    /// `tap-out` (recv): TAP interfaces PREFIX<agent> for the tap's packets.
+    pub tap_out: Option<String>,
+    /// `pcap-out` (recv): pcap files per agent.
+    pub pcap_out: Option<PathBuf>,
+    /// `rotate-mb` (recv, agent): a pcap file ends after this many MiB.
+    pub rotate_mb: Option<u64>,
+    /// `rotate-secs` (recv, agent): ... or after this many seconds.
+    pub rotate_secs: Option<u64>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command
@@ -86,14 +96,19 @@ impl FileConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let table: toml::Table =
             toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        Self::from_table(table, Some(path))
+    }
+
+    /// The keys of an already parsed table (the tap reads its own keys
+    /// first and leaves the link settings here).
+    pub fn from_table(table: toml::Table, path: Option<&Path>) -> Result<Self> {
         // Accept `key_file` as well as `key-file`.
         let table: toml::Table = table
             .into_iter()
             .map(|(k, v)| (k.replace('_', "-"), v))
             .collect();
-        table
-            .try_into()
-            .with_context(|| format!("in {}", path.display()))
+        let origin = path.map_or_else(|| "the config file".into(), |p| p.display().to_string());
+        table.try_into().with_context(|| format!("in {origin}"))
     }
 }
 

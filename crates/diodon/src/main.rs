@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
-//!              │                                            guard | stats
+//!              │                                            guard | stats | tap | agent
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
@@ -14,6 +14,7 @@
 //! The measuring lab (the trial harness, its plots) is its own binary,
 //! `diodon-lab`: this one links none of it.
 
+mod agent;
 mod args;
 mod config;
 mod deltat;
@@ -24,6 +25,7 @@ mod recv;
 mod send;
 mod stats;
 mod stop;
+mod tap;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
@@ -40,6 +42,8 @@ fn main() -> ExitCode {
         Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Tap(args) => tap::run(&args),
+        Command::Agent(args) => agent::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -15,12 +15,26 @@ use anyhow::anyhow;
 use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;
+use diodon_apps::packet_sink::PacketOutput;
 use diodon_apps::report::Exit;
 use diodon_apps::RecvOptions;
 use diodon_io::UdpConfig;
 use diodon_proto::ReceiverConfig;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `--tap-out PREFIX` or `--pcap-out DIR` (with its rotation), if given.
+fn packet_output(args: &RecvArgs, file: &FileConfig) -> Option<PacketOutput> {
+    if let Some(prefix) = pick(args.tap_out.as_ref(), file.tap_out.as_ref()) {
+        return Some(PacketOutput::Tap(prefix));
+    }
+    pick(args.pcap_out.as_ref(), file.pcap_out.as_ref()).map(|dir| PacketOutput::Pcap {
+        dir,
+        max_bytes: args.rotate_mb.or(file.rotate_mb).unwrap_or(100) << 20,
+        max_age: Duration::from_secs(args.rotate_secs.or(file.rotate_secs).unwrap_or(0)),
+    })
+}
 
 /// Runs `diodon recv`.
 pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
@@ -28,20 +42,22 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
     let s = args.resolve(&file).map_err(Fatal::config)?;
     let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
-    let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward) {
-        (Some(path), false, None, None) => RecvOutput::Dir {
+    let packets = packet_output(args, &file);
+    let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward, packets) {
+        (Some(path), false, None, None, None) => RecvOutput::Dir {
             path: path.clone(),
             files: FileSinkOptions {
                 fsync: s.fsync,
                 quarantine: s.quarantine,
             },
         },
-        (None, true, None, None) => RecvOutput::Stdout,
-        (None, false, Some(a), None) => RecvOutput::Tcp(a),
-        (None, false, None, Some(a)) => RecvOutput::UdpForward(a),
+        (None, true, None, None, None) => RecvOutput::Stdout,
+        (None, false, Some(a), None, None) => RecvOutput::Tcp(a),
+        (None, false, None, Some(a), None) => RecvOutput::UdpForward(a),
+        (None, false, None, None, Some(p)) => RecvOutput::Packets(p),
         _ => {
             return Err(Fatal::config(anyhow!(
-                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR"
+                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, --tap-out PREFIX, --pcap-out DIR"
             )))
         }
     };
@@ -50,7 +66,10 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     udp.rcvbuf = Some(s.rcvbuf.unwrap_or_else(|| rcvbuf_for(link.rate, s.stall)));
     let show_bar = match output {
         RecvOutput::Stdout => false,
-        RecvOutput::Dir { .. } | RecvOutput::Tcp(_) | RecvOutput::UdpForward(_) => !link.json,
+        RecvOutput::Dir { .. }
+        | RecvOutput::Tcp(_)
+        | RecvOutput::UdpForward(_)
+        | RecvOutput::Packets(_) => !link.json,
     };
     let job = RecvJob {
         opts: RecvOptions {
