@@ -9,6 +9,7 @@
 //! ```text
 //!  agent segment ─► TPACKET_V3 ring (ring full: counted) ─► frame
 //!     ├─ bytes 12..14 = marker ─► strip 14 bytes ─► decapsulated ─┐
+//!     │   (unicast to another MAC: for_others, skipped)            │
 //!     └─ unmarked ─► passed (or dropped, counted, marked_only) ───┴─► FrameOut (TAP | pcap | socket)
 //!                                                                     TAP: kernel drops = its rx_dropped
 //! ```
@@ -37,6 +38,7 @@ diodon_counters::counters! {
         captured: counter Count "captured" "Frames read from the capture ring.",
         ring_drops: counter Count "ring_drops" "Frames the kernel dropped because the capture ring was full (PACKET_STATISTICS).",
         decapsulated: counter Count "decapsulated" "Frames that carried the marker and were stripped of it.",
+        for_others: counter Count "for_others" "Marked frames addressed to another agent's MAC (a flooding switch; skipped).",
         unmarked_passed: counter Count "unmarked_passed" "Frames without the marker, passed on unchanged.",
         unmarked_dropped: counter Count "unmarked_dropped" "Frames without the marker, dropped (marked-only mode).",
         delivered: counter Count "delivered" "Frames handed to the output.",
@@ -54,6 +56,8 @@ pub struct AgentStats {
     pub ring_drops: AtomicU64,
     /// Stripped of the marker.
     pub decapsulated: AtomicU64,
+    /// Marked, for another agent.
+    pub for_others: AtomicU64,
     /// Unmarked, passed.
     pub unmarked_passed: AtomicU64,
     /// Unmarked, dropped.
@@ -74,6 +78,7 @@ impl AgentStats {
             captured: l(&self.captured),
             ring_drops: l(&self.ring_drops),
             decapsulated: l(&self.decapsulated),
+            for_others: l(&self.for_others),
             unmarked_passed: l(&self.unmarked_passed),
             unmarked_dropped: l(&self.unmarked_dropped),
             delivered: l(&self.delivered),
@@ -151,8 +156,8 @@ impl AgentSummary {
         let _ = writeln!(s, "diodon agent: {}", self.interface);
         let _ = writeln!(
             s,
-            "  captured {} (ring drops {}): decapsulated {}, unmarked passed {}, unmarked dropped {}",
-            c.captured, c.ring_drops, c.decapsulated, c.unmarked_passed, c.unmarked_dropped
+            "  captured {} (ring drops {}): decapsulated {}, for other agents {}, unmarked passed {}, unmarked dropped {}",
+            c.captured, c.ring_drops, c.decapsulated, c.for_others, c.unmarked_passed, c.unmarked_dropped
         );
         let _ = writeln!(
             s,
@@ -185,12 +190,14 @@ impl AgentSummary {
 fn one_block(
     block: &diodon_io::packet::Block<'_>,
     job: &AgentJob,
+    own: [u8; 6],
     out: &mut FrameOut,
     scratch: &mut Vec<u8>,
 ) -> Option<String> {
     let st = &job.stats;
     let mut failed = None;
     let (mut n, mut dec, mut pass, mut dropped, mut del, mut bytes) = (0, 0, 0, 0, 0, 0);
+    let mut others = 0;
     for f in block.frames() {
         n += 1;
         let data = match f.vlan {
@@ -201,6 +208,11 @@ fn one_block(
             None => f.data,
         };
         let (frame, wire) = match decapsulate(data, job.ethertype) {
+            // Unicast to another MAC: a switch flooded another agent's frame.
+            Some(_) if data[..6] != own && data[0] & 1 == 0 => {
+                others += 1;
+                continue;
+            }
             Some(inner) => {
                 dec += 1;
                 (inner, inner.len() as u32)
@@ -223,6 +235,7 @@ fn one_block(
     }
     st.captured.fetch_add(n, Ordering::Relaxed);
     st.decapsulated.fetch_add(dec, Ordering::Relaxed);
+    st.for_others.fetch_add(others, Ordering::Relaxed);
     st.unmarked_passed.fetch_add(pass, Ordering::Relaxed);
     st.unmarked_dropped.fetch_add(dropped, Ordering::Relaxed);
     st.delivered.fetch_add(del, Ordering::Relaxed);
@@ -243,6 +256,10 @@ pub fn run_agent(
         interface: job.interface.clone(),
         source,
     };
+    // Frames addressed to this host arrive anyway; promiscuous mode would
+    // only add other hosts' frames.
+    cfg.promiscuous = false;
+    let own = diodon_io::packet::interface_mac(&job.interface).map_err(capture)?;
     let mut ring = CaptureRing::open(&cfg).map_err(capture)?;
     let mut out = FrameOut::open(&job.target)?;
     tracing::info!(interface = %job.interface, target = ?job.target, "agent running");
@@ -256,7 +273,7 @@ pub fn run_agent(
         let stopping = job.stop.load(Ordering::Relaxed);
         let (got, failed) =
             match ring.next_block(Duration::from_millis(if stopping { 20 } else { 50 })) {
-                Ok(Some(block)) => (true, one_block(&block, job, &mut out, &mut scratch)),
+                Ok(Some(block)) => (true, one_block(&block, job, own, &mut out, &mut scratch)),
                 Ok(None) => (false, None),
                 Err(e) => break Some(capture(e).to_string()),
             };
