@@ -42,6 +42,7 @@ if [[ $(id -u) -eq 0 ]]; then
     command -v softflowd >/dev/null 2>&1 || missing+=(softflowd)
     command -v nfcapd >/dev/null 2>&1 || missing+=(nfdump)
     command -v bridge >/dev/null 2>&1 || missing+=(iproute2)
+    command -v jq >/dev/null 2>&1 || missing+=(jq)
     /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || missing+=(python3-scapy)
     if ((${#missing[@]})); then
         echo "setup: apt-get install ${missing[*]}" >&2

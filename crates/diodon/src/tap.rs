@@ -82,6 +82,9 @@ pub struct TapArgs {
     /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Only count captured frames, nothing else (measures the capture path's ceiling).
+    #[arg(long)]
+    pub capture_only: bool,
     /// Serve Prometheus metrics over HTTP here.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -220,6 +223,7 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
         stop: stop_flag(),
         stats: Arc::new(TapStats::default()),
         progress: Arc::default(),
+        capture_only: args.capture_only,
     })
     .map(|mut job| {
         job.stats = Arc::new(TapStats::new(job.workers, job.agents.len()));

@@ -94,6 +94,8 @@ pub struct TapJob {
     pub stats: Arc<TapStats>,
     /// The sender's progress (metrics), when going across the diode.
     pub progress: Arc<SendProgress>,
+    /// Only count captured frames (the benchmark's ceiling of the capture path).
+    pub capture_only: bool,
 }
 
 /// One agent in the summary.
@@ -359,6 +361,7 @@ fn spawn_workers(
             encap,
             diode: p.streams.cloned(),
             stats: Arc::clone(p.stats),
+            capture_only: job.capture_only,
         };
         let ws = Arc::clone(stop);
         let t = thread::Builder::new()

@@ -89,6 +89,8 @@ pub(crate) struct Worker {
     pub encap: Option<EncapOut>,
     pub diode: Option<Arc<DiodeStreams>>,
     pub stats: Arc<TapStats>,
+    /// Count frames and do nothing else (the capture path's ceiling).
+    pub capture_only: bool,
 }
 
 struct State {
@@ -178,6 +180,13 @@ impl Worker {
         let Some(block) = block else {
             return Ok(false);
         };
+        if self.capture_only {
+            for f in block.frames() {
+                st.local.captured += 1;
+                st.local.captured_bytes += u64::from(f.wire_len);
+            }
+            return Ok(true);
+        }
         let mut scratch = std::mem::take(&mut st.scratch);
         for f in block.frames() {
             Self::frame(
