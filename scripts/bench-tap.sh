@@ -60,6 +60,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# (Background processes are started with `ip netns exec` directly, not
+# through this function, so that $! is their own pid: ip execs them.)
 nsx() { ip netns exec "$NS" "$@"; }
 ip netns add "$NS"
 ip -n "$NS" link set lo up
@@ -104,14 +106,14 @@ tables() {
         local cols=() rows=()
         for count in 10000 50000 100000; do
             "$LAB" trace --out "$WORK/t.pcap" --mix "$mix" --count "$count" --size 574 --rate 100000
-            nsx "$BIN" agent --if agt0 --tap-out tapx --marked-only --json >"$WORK/agent.json" 2>"$WORK/agent.err" &
+            ip netns exec "$NS" "$BIN" agent --if agt0 --tap-out tapx --marked-only --json >"$WORK/agent.json" 2>"$WORK/agent.err" &
             local agent=$!
             PIDS+=("$agent")
             sleep 0.5
-            nsx tcpdump -i tapx -Q in -s 0 -w /dev/null 2>"$WORK/tcpdump.err" &
+            ip netns exec "$NS" tcpdump -i tapx -Q in -s 0 -w /dev/null 2>"$WORK/tcpdump.err" &
             local dump=$!
             PIDS+=("$dump")
-            nsx "$BIN" tap --if cap0 --rules "$ROOT/results/tap/rules/$acl.acl" --agent "ids0=$AMAC" \
+            ip netns exec "$NS" "$BIN" tap --if cap0 --rules "$ROOT/results/tap/rules/$acl.acl" --agent "ids0=$AMAC" \
                 --encap-if enc0 --json >"$WORK/tap.json" 2>"$WORK/tap.err" &
             local tap=$!
             PIDS+=("$tap")
@@ -131,8 +133,10 @@ tables() {
             local kdrop
             kdrop=$(grep -oE '^[0-9]+ packets dropped by kernel' "$WORK/tcpdump.err" | cut -d' ' -f1)
             local received=$((captured + $(j "$WORK/tap.json" .counters.ring_drops)))
+            local pps
+            pps=$(grep -oE '[0-9.]+ pps' "$WORK/replay.txt" | head -1 | cut -d' ' -f1)
             cols+=("$count")
-            rows+=("$count|$received|$captured|$sent|$arecv|${app:-?}|$(pct "$drops" "$received")|$(pct $((sent - arecv)) "$sent")|$(pct $((arecv - ${app:-0} + ${kdrop:-0})) "$arecv")")
+            rows+=("$count|${pps:-?}|$received|$captured|$sent|$arecv|${app:-?}|$(pct "$drops" "$received")|$(pct $((sent - arecv)) "$sent")|$(pct $((arecv - ${app:-0} + ${kdrop:-0})) "$arecv")")
             echo "bench-tap: $acl $count: received $received processed $captured sent $sent agent $arecv app ${app:-?}" >&2
         done
         {
@@ -143,7 +147,7 @@ tables() {
             printf '|---|'; for _ in "${rows[@]}"; do printf -- '---|'; done; echo
             local i name
             i=2
-            for name in "received (kernel → tap)" "processed (tap)" "sent (encapsulated)" "agent received" "application (tcpdump on the agent's TAP)" "pre-filter drop rate" "transfer drop rate" "agent drop rate"; do
+            for name in "replayed at (frames/s, tcpreplay)" "received (kernel → tap)" "processed (tap)" "sent (encapsulated)" "agent received" "application (tcpdump on the agent's TAP)" "pre-filter drop rate" "transfer drop rate" "agent drop rate"; do
                 printf '| %s |' "$name"
                 for r in "${rows[@]}"; do printf ' %s |' "$(cut -d'|' -f$i <<<"$r")"; done
                 echo
@@ -179,7 +183,7 @@ tp_run() {
     local trace=$1 rules=$2 agents=$3 extra=$4
     local args=()
     for ((i = 0; i < agents; i++)); do args+=(--agent "ids$i=02:00:00:00:10:$(printf %02x "$i")"); done
-    nsx "$BIN" tap --if cap0 --rules "$rules" --encap-if enc0 --json $extra "${args[@]}" >"$WORK/tp.json" 2>"$WORK/tp.err" &
+    ip netns exec "$NS" "$BIN" tap --if cap0 --rules "$rules" --encap-if enc0 --json $extra "${args[@]}" >"$WORK/tp.json" 2>"$WORK/tp.err" &
     local tap=$!
     PIDS+=("$tap")
     sleep 1
