@@ -7,11 +7,11 @@
 //!  AgentArgs + AgentFile ─► AgentJob (interface, marker, TAP | pcap | socket) ─► agent::run_agent
 //! ```
 
+use crate::args::AgentArgs;
 use crate::config::pick;
 use crate::fatal::Fatal;
 use crate::stop::stop_flag;
 use anyhow::{anyhow, Context, Result};
-use clap::Args;
 use diodon_apps::agent::{run_agent, AgentJob, AgentStats};
 use diodon_apps::frames_out::{pcap_target, FrameTarget};
 use diodon_apps::metrics::{self, Source};
@@ -22,50 +22,6 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// `diodon agent`: strip the tap's encapsulation and hand frames on.
-#[derive(Debug, Args)]
-pub struct AgentArgs {
-    /// Interface facing the tap.
-    #[arg(long = "if", value_name = "IF")]
-    pub interface: Option<String>,
-    /// Encapsulation EtherType (hex). Default 0xF1F0.
-    #[arg(long, value_name = "HEX")]
-    pub ethertype: Option<String>,
-    /// Drop (and count) frames without the marker instead of passing them unchanged.
-    #[arg(long)]
-    pub marked_only: bool,
-    /// Deliver to this TAP interface (created and brought up).
-    #[arg(long, value_name = "NAME")]
-    pub tap_out: Option<String>,
-    /// Deliver to pcap files in this folder (frames-NNNNNN.pcap, rotated).
-    #[arg(long, value_name = "DIR")]
-    pub pcap_out: Option<PathBuf>,
-    /// Deliver to the Unix datagram socket bound at this path (one frame per datagram).
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
-    /// A pcap file ends after this many MiB. Default 100.
-    #[arg(long, value_name = "MIB")]
-    pub rotate_mb: Option<u64>,
-    /// ... or after this many seconds (0: never). Default 0.
-    #[arg(long, value_name = "SECS")]
-    pub rotate_secs: Option<u64>,
-    /// Capture ring in MiB. Default 32.
-    #[arg(long, value_name = "MIB")]
-    pub ring_mb: Option<usize>,
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
-    /// Serve Prometheus metrics over HTTP here.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// TOML file with the same keys as the long flags; flags win.
-    #[arg(long, value_name = "FILE.toml")]
-    pub config: Option<PathBuf>,
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// The agent's TOML keys.
 #[derive(Debug, Default, Deserialize)]

@@ -7,12 +7,11 @@
 //!     (agents NAME[=MAC], --encap-if, --to + link settings) ─► tap::run_tap ─► TapSummary
 //! ```
 
-use crate::args::LinkArgs;
+use crate::args::{FlowArg, TapArgs};
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::stop::stop_flag;
 use anyhow::{anyhow, Context, Result};
-use clap::{Args, ValueEnum};
 use diodon_apps::metrics::{self, Source};
 use diodon_apps::tap::stats::TapStats;
 use diodon_apps::tap::stream::SegmentPolicy;
@@ -27,71 +26,6 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How flows are keyed for agent assignment.
-#[derive(Debug, Clone, Copy, ValueEnum, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum FlowArg {
-    /// Protocol and both (address, port) endpoints; fragments by address pair.
-    #[value(name = "5tuple")]
-    #[serde(rename = "5tuple")]
-    FiveTuple,
-    /// The address pair only (a host pair's whole traffic on one agent).
-    Ippair,
-}
-
-/// `diodon tap`: capture, filter, distribute to agents.
-#[derive(Debug, Args)]
-pub struct TapArgs {
-    /// Capture interface (a SPAN/mirror port; promiscuous while running).
-    #[arg(long = "if", value_name = "IF")]
-    pub interface: Option<String>,
-    /// Capture threads sharing the interface by flow hash (packet fanout). Default 1.
-    #[arg(long)]
-    pub workers: Option<usize>,
-    /// ACL rule file (reloaded on SIGHUP; a file with an error keeps the old rules).
-    #[arg(long, value_name = "FILE")]
-    pub rules: Option<PathBuf>,
-    /// Flow key for agent assignment. Default 5tuple.
-    #[arg(long, value_enum)]
-    pub flow: Option<FlowArg>,
-    /// An agent: `NAME` or `NAME=MAC` (MAC needed with --encap-if). Repeat per agent.
-    #[arg(long = "agent", value_name = "NAME[=MAC]")]
-    pub agents: Vec<String>,
-    /// Interface facing the agents: frames go there encapsulated (agent MAC, tap MAC, EtherType).
-    #[arg(long, value_name = "IF")]
-    pub encap_if: Option<String>,
-    /// Encapsulation EtherType (hex). Default 0xF1F0.
-    #[arg(long, value_name = "HEX")]
-    pub ethertype: Option<String>,
-    /// Receiver across the diode: each agent's frames become datagram channels.
-    #[arg(long)]
-    pub to: Option<SocketAddr>,
-    /// Local address to send from.
-    #[arg(long)]
-    pub bind: Option<SocketAddr>,
-    /// A segment (channel) of an agent ends after this many MiB. Default 16.
-    #[arg(long, value_name = "MIB")]
-    pub segment_mb: Option<u64>,
-    /// ... or after this many milliseconds. Default 1000.
-    #[arg(long, value_name = "MS")]
-    pub segment_ms: Option<u64>,
-    /// Capture ring per worker in MiB (1 MiB blocks). Default 32.
-    #[arg(long, value_name = "MIB")]
-    pub ring_mb: Option<usize>,
-    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
-    #[arg(long, value_name = "SECS")]
-    pub duration: Option<f64>,
-    /// Only count captured frames, nothing else (measures the capture path's ceiling).
-    #[arg(long)]
-    pub capture_only: bool,
-    /// Serve Prometheus metrics over HTTP here.
-    #[arg(long, value_name = "ADDR")]
-    pub metrics: Option<SocketAddr>,
-    /// Link settings (for --to), --config and --json.
-    #[command(flatten)]
-    pub link: LinkArgs,
-}
 
 /// The tap's keys in the TOML file; everything else is a link setting.
 #[derive(Debug, Default, Deserialize)]
@@ -273,6 +207,7 @@ pub fn run(args: &TapArgs) -> Result<Exit, Fatal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::LinkArgs;
 
     #[test]
     fn agents_and_ethertypes_parse() {
