@@ -112,7 +112,8 @@ print(json.dumps({
     "kind": "diodon", "label": label, "mtu": int(mtu), "run": int(run),
     "goodput_mbps": rx.get("goodput_mbps", 0.0),
     "send_cpu_s": tx.get("cpu_s", 0.0), "recv_cpu_s": rx.get("cpu_s", 0.0),
-    "socket_drops": rx.get("socket", {}).get("drops", rx.get("socket_drops")),
+    # Kernel packets (a GRO super-packet counts once); older summaries said "drops".
+    "socket_drops": rx.get("socket", {}).get("dropped_packets", rx.get("socket", {}).get("drops", rx.get("socket_drops"))),
     "missing": core.get("missing"),
     "recovered": core.get("recovered_symbols", core.get("recovered")),
     "verified": rx.get("channels_complete") == 1 and rx.get("channels_failed") == 0,
@@ -159,7 +160,7 @@ rows = [json.loads(l) for l in open(path)]
 gb = size / 1e9
 ceilings = {r["mtu"]: r for r in rows if r["kind"] == "ceiling"}
 runs = [r for r in rows if r["kind"] == "diodon"]
-out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | recv socket drops | missing | recovered | file | rx egress dropped (guard) |",
+out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:
     c = ceilings.get(r["mtu"], {}).get("mbps", 0.0)

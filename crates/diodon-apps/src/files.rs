@@ -179,6 +179,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
         mtime_sec: meta.mtime(),
         mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
         name: f.name.clone(),
+        aligned: false,
     };
     let token = handle.open(cm)?;
     loop {
@@ -665,6 +666,8 @@ impl Sink for FileSink {
                 let _ = self.start(key, meta, Some(why.into()));
                 Ok(None)
             }
+            // Files are never aligned record channels: they fail instead.
+            SinkEvent::Gap { .. } => Ok(None),
             SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
             SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
             SinkEvent::Failed { key, reason } => {
@@ -767,6 +770,7 @@ fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), SinkFailure> {
 mod tests {
     use super::*;
     use diodon_proto::{ChannelId, FailReason, SessionId};
+    use diodon_testkit::entries;
 
     fn key(c: u32) -> ChannelKey {
         ChannelKey {
@@ -963,16 +967,6 @@ mod tests {
             .unwrap();
         assert!(matches!(out.verdict, Verdict::Failed { .. }));
         assert!(!dir.path().join("short").exists());
-    }
-
-    /// Names of the entries of `dir`.
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]

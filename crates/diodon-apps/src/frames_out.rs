@@ -91,7 +91,7 @@ impl FrameOut {
                 };
                 let tap = Tun::open_tap(name).map_err(open)?;
                 let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
-                diodon_io::tun::set_link_up(name).map_err(open)?;
+                diodon_io::tun::set_up(name).map_err(open)?;
                 let base = LinkStats::read(name).map_or(0, |l| l.rx_dropped);
                 Ok(FrameOut::Tap(tap, base))
             }

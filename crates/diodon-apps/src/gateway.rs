@@ -4,10 +4,10 @@
 //! that watches progress, and gets a typed summary back.
 //!
 //! ```text
-//!  SendJob ─► source thread (files | stdin | TCP | UDP flows) ─► bounded queue
+//!  SendJob ─► source thread (files | stdin | TCP | UDP flows | TUN) ─► bounded queue
 //!          ─► core thread (run_sender) ─► UDP ─► SendSummary
 //!  RecvJob ─► run_receiver (net / decoder / writer threads) ─► Sink
-//!          (files | stdout | TCP | UDP forward | tap packets) ─► RecvSummary
+//!          (files | stdout | TCP | UDP forward | TUN | tap packets) ─► RecvSummary
 //!          (files: the sink's counters, quarantine and full disk, in both)
 //!  both:   --metrics thread (metrics::serve), kernel UDP MIB before/after,
 //!          process CPU seconds; watch(&progress) every 100 ms meanwhile
@@ -20,6 +20,9 @@ use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
 use crate::send::{run_sender, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
+use crate::tunnel::{
+    serve_tunnel, TunSink, TunnelSinkStats, TunnelSourceOptions, TunnelSourceStats,
+};
 use crate::udp_flow::{
     serve_udp, UdpForwardSink, UdpForwardStats, UdpSourceOptions, UdpSourceStats,
 };
@@ -86,6 +89,8 @@ pub enum SendInput {
     Tcp(TcpListener),
     /// UDP flows: one datagram channel per source address.
     Udp(UdpSourceOptions),
+    /// IP packets read from a TUN: one packet channel.
+    Tunnel(TunnelSourceOptions),
 }
 
 /// Where the metrics endpoint listens and which interface it names.
@@ -134,16 +139,20 @@ pub fn run_send(
         progress.total_hint.store(total, Ordering::Relaxed);
     }
     let udp_stats = matches!(input, SendInput::Udp(_)).then(|| Arc::new(UdpSourceStats::default()));
+    let tunnel_stats =
+        matches!(input, SendInput::Tunnel(_)).then(|| Arc::new(TunnelSourceStats::default()));
     if let Some(m) = metrics {
         let source = metrics::Source::Send {
             progress: Arc::clone(&progress),
             udp: udp_stats.clone(),
+            tunnel: tunnel_stats.clone(),
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
     }
     let (handle, queue) = crate::send::queue(opts.queue_chunks);
     let source_stop = Arc::clone(&stop);
     let source_stats = udp_stats.clone();
+    let source_tunnel = tunnel_stats.clone();
     let source = thread::Builder::new()
         .name("diodon-source".into())
         .spawn(move || -> usize {
@@ -156,6 +165,11 @@ pub fn run_send(
                     let st = source_stats.unwrap_or_default();
                     serve_udp(&o, &handle, &source_stop, &st)
                         .map_or_else(|e| failed("UDP listener", &e), |()| 0)
+                }
+                SendInput::Tunnel(o) => {
+                    let st = source_tunnel.unwrap_or_default();
+                    serve_tunnel(&o, &handle, &source_stop, &st)
+                        .map_or_else(|e| failed("tunnel", &e), |()| 0)
                 }
                 SendInput::Tcp(l) => serve_tcp(&l, &handle, &source_stop)
                     .map_or_else(|e| failed("TCP listener", &e), |()| 0),
@@ -170,7 +184,7 @@ pub fn run_send(
     let cpu0 = process_cpu_seconds();
     // UDP flows end gracefully on a signal: the source finishes every flow
     // and the core drains (instead of aborting the open channels).
-    let core_stop = if udp_stats.is_some() {
+    let core_stop = if udp_stats.is_some() || tunnel_stats.is_some() {
         Arc::new(AtomicBool::new(false))
     } else {
         Arc::clone(&stop)
@@ -187,6 +201,7 @@ pub fn run_send(
     let mut summary =
         SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, source_errors);
     summary.udp_source = udp_stats.map(|s| s.snapshot());
+    summary.tunnel = tunnel_stats.map(|s| s.snapshot());
     Ok(summary)
 }
 
@@ -206,6 +221,13 @@ pub enum RecvOutput {
     Tcp(SocketAddr),
     /// Every datagram channel's records as UDP datagrams to this address.
     UdpForward(SocketAddr),
+    /// Every packet channel's packets into this TUN.
+    Tun {
+        /// The interface (created if missing).
+        name: String,
+        /// MTU to set (none: leave it).
+        mtu: Option<u32>,
+    },
     /// The tap's packet channels, per agent to a TAP interface or pcap files.
     Packets(PacketOutput),
 }
@@ -239,6 +261,8 @@ pub fn run_recv(
         matches!(output, RecvOutput::UdpForward(_)).then(|| Arc::new(UdpForwardStats::default()));
     let file_stats =
         matches!(output, RecvOutput::Dir { .. }).then(|| Arc::new(FileSinkStats::default()));
+    let tun_stats =
+        matches!(output, RecvOutput::Tun { .. }).then(|| Arc::new(TunnelSinkStats::default()));
     let packet_stats =
         matches!(output, RecvOutput::Packets(_)).then(|| Arc::new(PacketSinkStats::default()));
     if let Some(m) = metrics {
@@ -246,6 +270,7 @@ pub fn run_recv(
             progress: Arc::clone(&progress),
             udp: forward.clone(),
             files: file_stats.clone(),
+            tunnel: tun_stats.clone(),
             packets: packet_stats.clone(),
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
@@ -264,6 +289,14 @@ pub fn run_recv(
         }
         RecvOutput::Stdout => receive(&opts, StdoutSink::default(), &progress, &stop, &mut watch)?,
         RecvOutput::Tcp(dest) => receive(&opts, TcpSink::new(dest), &progress, &stop, &mut watch)?,
+        RecvOutput::Tun { name, mtu } => {
+            let stats = tun_stats.clone().unwrap_or_default();
+            let sink = TunSink::open(&name, mtu, stats).map_err(|e| GatewayError::Io {
+                what: format!("TUN {name}"),
+                source: std::io::Error::other(e),
+            })?;
+            receive(&opts, sink, &progress, &stop, &mut watch)?
+        }
         RecvOutput::UdpForward(dest) => {
             let stats = forward.clone().unwrap_or_default();
             receive(
@@ -289,6 +322,7 @@ pub fn run_recv(
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
     summary.udp_forward = forward.map(|f| f.snapshot());
     summary.file_sink = file_stats.map(|f| f.snapshot());
+    summary.tunnel = tun_stats.map(|t| t.snapshot());
     if let Some(p) = packet_stats {
         summary.packet_sink = Some(p.snapshot());
         summary.packet_agents = p

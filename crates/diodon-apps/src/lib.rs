@@ -27,7 +27,13 @@
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`stream`] (stdin/stdout and TCP), [`udp_flow`] (UDP flows as datagram
-//! channels), [`metrics`] (the counters over HTTP: Prometheus and JSON),
+//! channels), [`tunnel`] (the one-way IP tunnel: TUN in, TUN out),
+//! [`tap`] (mirrored traffic: capture, ACL filter, flow-preserving spread
+//! over agents, encapsulated or across the diode), [`agent`] (a tap's far
+//! end on its local segment), [`packet_sink`] (the receiver's packet
+//! channels put back in order), [`frames_out`] (where delivered frames go:
+//! TAP, pcap, a socket), [`metrics`] (the counters over HTTP: Prometheus and
+//! JSON),
 //! [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
@@ -51,6 +57,7 @@ pub mod sink_error;
 pub mod stats;
 pub mod stream;
 pub mod tap;
+pub mod tunnel;
 pub mod udp_flow;
 
 pub use recv::{

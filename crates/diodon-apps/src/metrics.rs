@@ -30,6 +30,7 @@ use crate::packet_sink::PacketSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
 use crate::tap::stats::{RuleHitCounters, TapStats};
+use crate::tunnel::{TunnelSinkStats, TunnelSourceStats};
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
 use diodon_counters::prometheus::{Page, CONTENT_TYPE};
 use diodon_counters::{CounterSet, Owner, Snapshot};
@@ -53,6 +54,8 @@ pub enum Source {
         progress: Arc<SendProgress>,
         /// The UDP-flow source, if any.
         udp: Option<Arc<UdpSourceStats>>,
+        /// The tunnel source, if any.
+        tunnel: Option<Arc<TunnelSourceStats>>,
     },
     /// `diodon recv`.
     Recv {
@@ -62,6 +65,8 @@ pub enum Source {
         udp: Option<Arc<UdpForwardStats>>,
         /// The file sink, if any.
         files: Option<Arc<FileSinkStats>>,
+        /// The TUN sink, if any.
+        tunnel: Option<Arc<TunnelSinkStats>>,
         /// The packet sink (tap channels), if any.
         packets: Option<Arc<PacketSinkStats>>,
     },
@@ -172,7 +177,8 @@ fn respond(
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
     /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
-    /// `file_sink`, `packet_sink`, `tap`, `agent`).
+    /// `file_sink`, `tunnel_source`, `tunnel_sink`, `packet_sink`, `tap`,
+    /// `agent`).
     pub diodon: BTreeMap<String, Snapshot>,
     /// Diodon's sets that carry labels, by `subsystem{label=value,…}`
     /// (the tap's per-agent and per-rule counters).
@@ -260,7 +266,11 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
         out.set(set, C::SUBSYSTEM, None);
     }
     match source {
-        Source::Send { progress, udp } => {
+        Source::Send {
+            progress,
+            udp,
+            tunnel,
+        } => {
             let (core, socket) = progress
                 .snapshot
                 .lock()
@@ -271,11 +281,15 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(u) = udp {
                 own(out, &u.snapshot());
             }
+            if let Some(t) = tunnel {
+                own(out, &t.snapshot());
+            }
         }
         Source::Recv {
             progress,
             udp,
             files,
+            tunnel,
             packets,
         } => {
             let core = progress
@@ -290,6 +304,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             }
             if let Some(f) = files {
                 own(out, &f.snapshot());
+            }
+            if let Some(t) = tunnel {
+                own(out, &t.snapshot());
             }
             if let Some(p) = packets {
                 own(out, &p.snapshot());
@@ -375,6 +392,7 @@ mod tests {
         let source = Source::Recv {
             progress,
             udp: None,
+            tunnel: None,
             files: Some(files),
             packets: None,
         };

@@ -231,7 +231,7 @@ impl PacketSink {
                 Ok(r) => r,
                 Err(e) => {
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                    result = Err(SinkFailure::Refused(Refusal::NotPackets(e.to_string())));
+                    result = Err(SinkFailure::Refused(Refusal::NotTapPackets(e.to_string())));
                     off = pending.len();
                     break;
                 }
@@ -452,8 +452,11 @@ impl Sink for PacketSink {
         if meta.kind != ChannelKind::Datagrams {
             return Err(Refusal::NotDatagrams(meta.kind));
         }
+        if meta.aligned {
+            return Err(Refusal::PacketsNeedTun);
+        }
         parse_name(&meta.name).map(|_| ()).ok_or_else(|| {
-            Refusal::NotPackets(format!(
+            Refusal::NotTapPackets(format!(
                 "'{}' is not tap/<agent>/<seq>",
                 meta.name.escape_debug()
             ))
@@ -488,7 +491,8 @@ impl Sink for PacketSink {
                 );
                 None
             }
-            SinkEvent::Refused { .. } => None,
+            // Tap channels are not aligned (refused in `admit`): no gaps.
+            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => None,
             SinkEvent::Data { key, data, .. } => {
                 let Some(flow) = self.open.get_mut(&key) else {
                     return Ok(None);

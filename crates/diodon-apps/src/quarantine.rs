@@ -526,6 +526,7 @@ fn utc(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use diodon_testkit::entries;
 
     fn record<'a>(name: &'a str, why: &'a str, at_ms: u64) -> Record<'a> {
         Record {
@@ -551,15 +552,6 @@ mod tests {
             partial: Some(&partial),
             no_space: false,
         })
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]
@@ -594,7 +586,7 @@ mod tests {
         assert_eq!(third.evicted.entries, 1, "the entry limit is 2");
         assert!(third.evicted.bytes > 100, "data and record: {third:?}");
         assert_eq!(
-            names(&qdir),
+            entries(&qdir),
             ["b.2", "b.2.reason", "c.3", "c.3.reason"],
             "a, the oldest, went"
         );
@@ -608,7 +600,7 @@ mod tests {
         drop(q);
         let (q, e) = Quarantine::open(qdir.clone(), 1 << 20, 1).unwrap();
         assert_eq!(e.entries, 1);
-        assert_eq!(names(&qdir), ["c.3", "c.3.reason"]);
+        assert_eq!(entries(&qdir), ["c.3", "c.3.reason"]);
         assert_eq!(q.bytes(), on_disk - e.bytes);
     }
 
@@ -661,7 +653,7 @@ mod tests {
         assert!(matches!(placed.fate, Fate::FreedNoSpace), "{placed:?}");
         assert_eq!(placed.freed, 777);
         assert!(!partial.exists());
-        assert_eq!(names(&qdir), ["dir_x.bin.0.reason"]);
+        assert_eq!(entries(&qdir), ["dir_x.bin.0.reason"]);
         let text = fs::read_to_string(qdir.join("dir_x.bin.0.reason")).unwrap();
         assert_eq!(
             text,
@@ -702,7 +694,7 @@ mod tests {
             });
             assert!(p.reason.is_some());
         }
-        let n = names(dir.path());
+        let n = entries(dir.path());
         assert_eq!(n.len(), 3, "{n:?}");
         assert!(n.iter().all(|n| n.len() <= 255), "{n:?}");
         for id in [".1700000000123.", ".1700000000123-1.", ".1700000000123-2."] {

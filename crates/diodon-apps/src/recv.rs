@@ -78,6 +78,17 @@ pub enum SinkEvent {
         /// Bytes.
         data: Vec<u8>,
     },
+    /// Blocks of a packet channel that could not be recovered: the records
+    /// they held are lost, the next `Data` follows the gap (only channels
+    /// with aligned records have gaps; others fail instead).
+    Gap {
+        /// Channel.
+        key: ChannelKey,
+        /// First lost block.
+        block: u64,
+        /// Consecutive blocks lost.
+        count: u64,
+    },
     /// Every byte arrived and the digest matched.
     Complete {
         /// Channel.
@@ -199,7 +210,10 @@ diodon_counters::counters! {
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct RecvSocketCounters in Diodon "receiver_socket" {
         datagrams: counter Count "datagrams" "Datagrams read from the receiving socket.",
-        drops: counter Count "drops" "Datagrams the kernel dropped on the receiving socket because its buffer was full (SO_RXQ_OVFL).",
+        /// The kernel counts packets, not datagrams: a GRO/GSO super-packet
+        /// dropped whole counts once. The datagrams lost are the core's
+        /// exact `missing`.
+        dropped_packets: counter Count "dropped_packets" "Packets the kernel dropped on the receiving socket because its buffer was full (SO_RXQ_OVFL); a GRO/GSO super-packet counts once, however many datagrams it held (the datagrams lost are receiver missing).",
     }
 }
 
@@ -227,7 +241,7 @@ impl RecvProgress {
     pub fn socket(&self) -> RecvSocketCounters {
         RecvSocketCounters {
             datagrams: self.datagrams.load(Ordering::Relaxed),
-            drops: self.socket_drops.load(Ordering::Relaxed),
+            dropped_packets: self.socket_drops.load(Ordering::Relaxed),
         }
     }
 }
@@ -275,6 +289,25 @@ struct NetBatch {
     drops: u64,
 }
 
+/// Receive buffers the decoder has read, for the net thread to fill again:
+/// a stack, so the buffer reused next is the one freed last, still warm in
+/// the caches and the TLB (a queue would cycle through every buffer ever
+/// made, each cold). Holds at most the buffers that exist (≤ queue + 2).
+#[derive(Default)]
+struct BufferPool(Mutex<Vec<NetBatch>>);
+
+impl BufferPool {
+    fn take(&self) -> Option<NetBatch> {
+        self.0.lock().ok()?.pop()
+    }
+
+    fn give_back(&self, batch: NetBatch) {
+        if let Ok(mut free) = self.0.lock() {
+            free.push(batch);
+        }
+    }
+}
+
 /// Runs the receiver until `stop` is set (or, with `once`, the first
 /// transfer ends). The calling thread becomes the decoder; the net and writer
 /// threads are spawned and joined here.
@@ -292,7 +325,7 @@ pub fn run_receiver<S: Sink>(
     }
     let clock = MonotonicClock::new();
     let (net_tx, net_rx) = mpsc::sync_channel::<NetBatch>(opts.queue_batches.max(1));
-    let (pool_tx, pool_rx) = mpsc::sync_channel::<NetBatch>(opts.queue_batches.max(1));
+    let pool = Arc::new(BufferPool::default());
     let (ev_tx, ev_rx) = mpsc::sync_channel::<SinkEvent>(opts.event_queue.max(1));
     // Bounded by the number of channels in flight: at most one per channel.
     let (fail_tx, fail_rx) = mpsc::channel::<SinkError>();
@@ -301,7 +334,10 @@ pub fn run_receiver<S: Sink>(
     let net_progress = Arc::clone(progress);
     let net = thread::Builder::new()
         .name("diodon-net".into())
-        .spawn(move || net_loop(udp, clock, &net_tx, &pool_rx, &net_stop, &net_progress))
+        .spawn({
+            let pool = Arc::clone(&pool);
+            move || net_loop(udp, clock, &net_tx, &pool, &net_stop, &net_progress)
+        })
         .map_err(|_| PipelineError::Thread("net"))?;
     let writer_progress = Arc::clone(progress);
     let writer = thread::Builder::new()
@@ -331,7 +367,7 @@ pub fn run_receiver<S: Sink>(
         opts.once,
         opts.expect_channels,
         &net_rx,
-        &pool_tx,
+        &pool,
         &fail_rx,
         stop,
     );
@@ -377,7 +413,7 @@ fn net_loop(
     mut udp: BatchReceiver,
     clock: MonotonicClock,
     tx: &SyncSender<NetBatch>,
-    pool: &Rx<NetBatch>,
+    pool: &BufferPool,
     stop: &AtomicBool,
     progress: &RecvProgress,
 ) -> Result<(u64, u64, u64), PipelineError> {
@@ -388,7 +424,7 @@ fn net_loop(
     while !stop.load(Ordering::Relaxed) {
         let mut out = spare
             .take()
-            .or_else(|| pool.try_recv().ok())
+            .or_else(|| pool.take())
             .unwrap_or_else(|| NetBatch {
                 at: Timestamp::ZERO,
                 datagrams: udp.new_buffer(),
@@ -483,7 +519,7 @@ impl Decoder {
         once: bool,
         expect: Option<u64>,
         net: &Rx<NetBatch>,
-        pool: &SyncSender<NetBatch>,
+        pool: &BufferPool,
         fails: &Rx<SinkError>,
         stop: &AtomicBool,
     ) -> Result<(), PipelineError> {
@@ -510,7 +546,7 @@ impl Decoder {
                     for d in &batch.datagrams {
                         self.core.handle_datagram(at, d.data);
                     }
-                    let _ = pool.try_send(batch);
+                    pool.give_back(batch);
                     at
                 }
                 Err(RecvTimeoutError::Timeout) => self.clock.now().max(self.last_now),
@@ -616,6 +652,15 @@ impl Decoder {
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
                     let key = self.key(channel);
                     self.forward(SinkEvent::Data { key, offset, data })?;
+                }
+                Event::ChannelGap {
+                    channel,
+                    block,
+                    count,
+                } => {
+                    let key = self.key(channel);
+                    tracing::warn!(%key, block, count, "blocks lost: the channel steps over them");
+                    self.forward(SinkEvent::Gap { key, block, count })?;
                 }
                 Event::ChannelComplete {
                     channel,

@@ -19,6 +19,7 @@ use crate::files::FileSinkCounters;
 use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
+use crate::tunnel::{TunnelSinkCounters, TunnelSourceCounters};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
 use crate::PipelineError;
 use diodon_counters::{CounterSet, Snapshot};
@@ -133,6 +134,10 @@ pub struct SendSummary {
     /// kernel dropped on its socket (the source outran the link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_source: Option<UdpSourceCounters>,
+    /// With `tunnel send`: packets read, queue drops by policy, the TUN's
+    /// own drops (`tx_dropped`), malformed packets by reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelSourceCounters>,
 }
 
 impl SendSummary {
@@ -155,6 +160,7 @@ impl SendSummary {
             socket: r.io.snapshot(),
             kernel,
             udp_source: None,
+            tunnel: None,
         }
     }
 
@@ -192,6 +198,9 @@ impl SendSummary {
         let (c, io, k) = (&self.core, &self.socket, &self.kernel);
         let mut s = String::new();
         let _ = writeln!(s, "diodon send: session {}", self.session);
+        if let Some(t) = &self.tunnel {
+            s.push_str(&tunnel_source_line(t));
+        }
         if let Some(u) = &self.udp_source {
             let _ = writeln!(
                 s,
@@ -275,13 +284,17 @@ pub struct RecvSummary {
     pub channels: Vec<ChannelOutcome>,
     /// The core's counters (`ReceiverStats`).
     pub core: Snapshot,
-    /// The receiving socket's counters (`RecvSocketCounters`: datagrams, drops).
+    /// The receiving socket's counters (`RecvSocketCounters`: datagrams,
+    /// packets the kernel dropped).
     pub socket: Snapshot,
     /// The kernel's UDP MIB over the run (`UdpSnmp`).
     pub kernel: Snapshot,
     /// With `--udp-forward`: what was sent to the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_forward: Option<UdpForwardCounters>,
+    /// With `--tun`: packets written, gaps (lost blocks), malformed records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel: Option<TunnelSinkCounters>,
     /// With `--out`: files that found the disk full, the quarantine's
     /// evictions and levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +318,7 @@ impl RecvSummary {
             .sum();
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
-            drops: r.socket_drops,
+            dropped_packets: r.socket_drops,
         };
         RecvSummary {
             side: "recv".into(),
@@ -326,6 +339,7 @@ impl RecvSummary {
             socket: socket.snapshot(),
             kernel,
             udp_forward: None,
+            tunnel: None,
             file_sink: None,
             packet_sink: None,
             packet_agents: Vec::new(),
@@ -389,6 +403,9 @@ impl RecvSummary {
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
         }
+        if let Some(t) = &self.tunnel {
+            s.push_str(&tunnel_sink_line(t));
+        }
         self.packet_text(&mut s);
         if let Some(f) = &self.file_sink {
             if f.no_space > 0 {
@@ -435,8 +452,8 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  socket drops {} (rcvbuf {} bytes), decoder-queue waits {}; kernel: InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
-            io.get("drops"),
+            "  socket: kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            io.get("dropped_packets"),
             self.rcvbuf,
             self.queue_full_waits,
             k.get("in_datagrams"),
@@ -491,6 +508,40 @@ fn last_json_line<T: serde::de::DeserializeOwned>(output: &str) -> Option<T> {
         .find_map(|l| serde_json::from_str(l).ok())
 }
 
+/// The tunnel source's line of the sender's text summary.
+fn tunnel_source_line(t: &TunnelSourceCounters) -> String {
+    let malformed = t.malformed_truncated
+        + t.malformed_version
+        + t.malformed_header
+        + t.malformed_length
+        + t.malformed_offload;
+    format!(
+        "  tunnel: {} packets ({} bytes) from {} reads ({} super-packets); queue drops {} tail, {} head; \
+         TUN ring drops (tx_dropped) {}; malformed {malformed} (truncated {}, version {}, header {}, length {}, offload {}), too large {}\n",
+        t.packets,
+        t.bytes,
+        t.reads,
+        t.super_packets,
+        t.dropped_tail,
+        t.dropped_head,
+        t.tun_tx_dropped,
+        t.malformed_truncated,
+        t.malformed_version,
+        t.malformed_header,
+        t.malformed_length,
+        t.malformed_offload,
+        t.too_large
+    )
+}
+
+/// The TUN sink's line of the receiver's text summary.
+fn tunnel_sink_line(t: &TunnelSinkCounters) -> String {
+    format!(
+        "  tunnel: {} packets ({} bytes) written to the TUN; {} gaps ({} blocks lost); malformed {}; write errors {}\n",
+        t.packets, t.bytes, t.gaps, t.blocks_lost, t.malformed, t.write_errors
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,14 +583,14 @@ mod tests {
         let json = serde_json::to_string(&s).expect("serialises");
         let back: RecvSummary = serde_json::from_str(&json).expect("reads back");
         assert_eq!(back.core_stats().missing, 7);
-        assert_eq!(back.socket_counters().drops, 2);
+        assert_eq!(back.socket_counters().dropped_packets, 2);
         let printed = format!("log line\n{json}\n{{not json\n");
         let found = RecvSummary::from_output(&printed).expect("found in output");
         assert_eq!(found.core_stats(), back.core_stats());
         assert!(RecvSummary::from_output("no summary\n").is_none());
         assert_eq!(back.core.get("missing"), 7);
         assert_eq!(back.core.get("recovered_symbols"), 5);
-        assert_eq!(back.socket.get("drops"), 2);
+        assert_eq!(back.socket.get("dropped_packets"), 2);
         assert_eq!(back.exit(true), Exit::ChannelFailed, "nothing arrived");
         assert_eq!(back.exit(false), Exit::Success);
         assert!(back.text().contains("missing 7 recovered 5"));

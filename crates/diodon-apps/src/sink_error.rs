@@ -39,10 +39,16 @@ pub enum Refusal {
     /// A byte stream reached the UDP forwarder.
     #[error("--udp-forward takes only datagram channels, not {0:?}")]
     NotDatagrams(ChannelKind),
+    /// A packet channel (IP tunnel) reached a sink that is not a TUN.
+    #[error("a packet channel (IP tunnel) needs a --tun receiver")]
+    PacketsNeedTun,
+    /// Something other than a packet channel reached the TUN sink.
+    #[error("--tun takes only packet channels (IP tunnel), not {0:?}")]
+    NotPackets(ChannelKind),
     /// A channel that is not one of the tap's packet channels reached the
     /// packet sink, or one of its records is malformed.
     #[error("not a packet channel: {0}")]
-    NotPackets(String),
+    NotTapPackets(String),
 }
 
 /// A file operation of the file sink (the text before `: <OS error>`).

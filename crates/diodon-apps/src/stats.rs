@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn diodon_counters_come_from_the_typed_page_and_delta() {
-        let page = r#"{"diodon":{"receiver":{"missing":7,"accepted":12},"receiver_socket":{"drops":3}},
+        let page = r#"{"diodon":{"receiver":{"missing":7,"accepted":12},"receiver_socket":{"dropped_packets":3}},
                        "kernel":{"udp":{"in_datagrams":99}},"link":{"rx0":{"rx_packets":5}},"interface":"rx0"}"#;
         let page: Counters = serde_json::from_str(page).expect("test");
         let a = DiodonCounters {
@@ -395,7 +395,7 @@ mod tests {
             counters: page.diodon,
         };
         assert_eq!(a.get("receiver", "missing"), 7);
-        assert_eq!(a.get("receiver_socket", "drops"), 3);
+        assert_eq!(a.get("receiver_socket", "dropped_packets"), 3);
         assert_eq!(a.get("sender", "datagrams_sent"), 0);
         let mut b = a.clone();
         b.counters
@@ -413,13 +413,13 @@ mod tests {
         });
         let dd = d.diodon.as_ref().expect("test");
         assert_eq!(dd.get("receiver", "missing"), 3);
-        assert_eq!(dd.get("receiver_socket", "drops"), 0);
+        assert_eq!(dd.get("receiver_socket", "dropped_packets"), 0);
         let text = d.text();
         assert!(
             text.contains("diodon 127.0.0.1:9978 receiver accepted 0 missing 3\n"),
             "{text}"
         );
-        assert!(text.contains("diodon 127.0.0.1:9978 receiver_socket drops 0\n"));
+        assert!(text.contains("diodon 127.0.0.1:9978 receiver_socket dropped_packets 0\n"));
     }
 
     #[test]

@@ -100,7 +100,9 @@ pub fn serve_tcp(
 /// Byte-stream sinks take files and streams; a datagram channel (a UDP
 /// flow's length-prefixed records) needs `--udp-forward`.
 pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), Refusal> {
-    if meta.kind == diodon_proto::ChannelKind::Datagrams {
+    if meta.aligned {
+        Err(Refusal::PacketsNeedTun)
+    } else if meta.kind == diodon_proto::ChannelKind::Datagrams {
         Err(Refusal::DatagramsNeedUdpForward)
     } else {
         Ok(())
@@ -133,7 +135,7 @@ impl Sink for StdoutSink {
                 self.broken = false;
                 Ok(None)
             }
-            SinkEvent::Refused { .. } => Ok(None),
+            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some((k, _, n)) = &mut self.active else {
                     return Ok(None);
@@ -240,7 +242,7 @@ impl Sink for TcpSink {
                     }
                 }
             }
-            SinkEvent::Refused { .. } => Ok(None),
+            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some((_, Some(s), n)) = self.conns.get_mut(&key) else {
                     return Ok(None);

@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Bytes of a record's length prefix.
-pub const RECORD_HEADER: usize = 2;
+/// Bytes of a record's length prefix (the protocol's record framing).
+pub use diodon_proto::records::RECORD_HEADER;
 
 /// Buffered record bytes per flow before they go to the sender's queue.
 const FLUSH_BYTES: usize = 64 * 1024;
@@ -45,7 +45,7 @@ diodon_counters::counters! {
         bytes: counter Bytes "payload" "Payload bytes read from the UDP-flow socket.",
         flows: counter Count "flows" "UDP flows (channels) opened.",
         /// The only admissible loss of a UDP source: it outran the configured rate.
-        socket_drops: counter Count "socket_drops" "Datagrams the kernel dropped on the UDP-flow socket (source faster than the link; SO_RXQ_OVFL).",
+        socket_drops: counter Count "socket_dropped_packets" "Packets the kernel dropped on the UDP-flow socket because the source was faster than the link (SO_RXQ_OVFL; a GRO super-packet counts once).",
     }
 }
 
@@ -293,7 +293,9 @@ fn send_retrying(sock: &UdpSocket, data: &[u8], dest: SocketAddr) -> io::Result<
 
 impl Sink for UdpForwardSink {
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
-        if meta.kind == ChannelKind::Datagrams {
+        if meta.aligned {
+            Err(Refusal::PacketsNeedTun)
+        } else if meta.kind == ChannelKind::Datagrams {
             Ok(())
         } else {
             Err(Refusal::NotDatagrams(meta.kind))
@@ -329,7 +331,7 @@ impl Sink for UdpForwardSink {
                     }),
                 }
             }
-            SinkEvent::Refused { .. } => Ok(None),
+            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some(mut flow) = self.flows.remove(&key) else {
                     return Ok(None);

@@ -12,7 +12,7 @@
 //! - `diodon-io` knows no protocol (like quinn-udp): no core, no app, no lab.
 //! - The cores do no IO: neither reaches `diodon-io` (or anything above it).
 //! - `diodon-sansio` is the contract both sides share: it depends on nothing
-//!   of ours.
+//!   of ours; nor does `diodon-packet` (pure IP packet logic of the tunnel).
 //! - `diodon-filter` (frame views, ACL classifier, flow keys) is pure like
 //!   the cores: it reaches no IO, no protocol core and nothing above.
 //! - The gateway binary links neither the lab nor the simulator.
@@ -119,6 +119,10 @@ fn the_cores_do_no_io() {
     assert!(
         reach(&g, "diodon-sansio").is_empty(),
         "diodon-sansio depends on nothing of ours"
+    );
+    assert!(
+        reach(&g, "diodon-packet").is_empty(),
+        "diodon-packet (pure packet logic) depends on nothing of ours"
     );
 }
 

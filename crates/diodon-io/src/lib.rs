@@ -22,8 +22,9 @@
 //!   batched send/receive on IPv4 and IPv6.
 //! - [`counters`]: kernel counters (UDP MIB, IP fragment counters,
 //!   per-interface statistics), snapshots and saturating deltas.
-//! - [`tun`]: open a TUN device (IP packets in user space) or a TAP device
-//!   (Ethernet frames).
+//! - [`tun`]: TUN devices (IP packets in user space): multi-queue, the
+//!   virtio-net header and offloads, txqueuelen/MTU/up, the drop counter and
+//!   the backpressure probe; TAP devices (Ethernet frames).
 //! - [`packet`]: `AF_PACKET` capture through a `TPACKET_V3` ring with
 //!   fanout and its kernel drop counter, raw frame sending, interface
 //!   index and MAC.
@@ -48,6 +49,7 @@ pub mod udp;
 pub use clock::{unix_time_ms, unix_time_ns, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
-    open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters, RecvBuffer,
-    SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    is_path_error, open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters,
+    RecvBuffer, SendReport, SenderCounters, SetupWarning, SocketSetup, UdpConfig, UdpError,
+    MAX_GSO_SEGMENTS,
 };

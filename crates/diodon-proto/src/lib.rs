@@ -14,17 +14,21 @@
 //! Time, timer tables and the transmit contract come from `diodon-sansio`
 //! (shared with Delta-t and the drivers). Modules: [`types`] (checked
 //! parameters), [`wire`] (datagram views and representations), [`fec`]
-//! (erasure code trait and Reed–Solomon), [`pacer`] (token bucket),
-//! [`sender`] and [`receiver`] (the session state machines).
+//! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
+//! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
+//! session state machines), [`records`] (the record framing of datagram
+//! channels, aligned to blocks for packets).
 #![forbid(unsafe_code)]
 
 pub mod fec;
+pub mod fec_plan;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod pacer;
 pub mod pool;
 pub mod receiver;
+pub mod records;
 pub mod sender;
 pub mod types;
 pub mod wire;
@@ -33,6 +37,7 @@ pub use diodon_sansio::{Deadlines, IpVersion, TimerSlot, TimerTable, Timestamp, 
 pub use receiver::{
     Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
 };
+pub use records::{BlockRecords, RecordError};
 pub use sender::{SendError, Sender, SenderConfig, SenderEvent, SenderStats};
 pub use types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 pub use wire::{ChannelKind, ChannelMeta, Integrity, WireError};

@@ -241,14 +241,28 @@ pub enum Event {
         /// Metadata (untrusted: sanitise names before use).
         meta: ChannelMeta,
     },
-    /// Bytes of a channel, in order, contiguous with the previous event's.
+    /// Bytes of a channel, in order, contiguous with the previous event's
+    /// (or following a `ChannelGap`).
     ChannelData {
         /// Channel.
         channel: ChannelId,
-        /// Offset of `data` in the channel.
+        /// Bytes of the channel delivered before `data` (its offset in the
+        /// channel while no gap occurred).
         offset: u64,
         /// The bytes (one block).
         data: Vec<u8>,
+    },
+    /// Blocks of an aligned channel (packets) that could not be recovered:
+    /// the channel steps over them and goes on; the next `ChannelData`
+    /// follows the gap. The channel's verdict at its trailer is then
+    /// `BlockLost` with the total, but everything else was delivered.
+    ChannelGap {
+        /// Channel.
+        channel: ChannelId,
+        /// The first lost block of this gap.
+        block: u64,
+        /// Consecutive blocks lost.
+        count: u64,
     },
     /// Every byte arrived and the digest matched.
     ChannelComplete {
@@ -520,6 +534,8 @@ struct ChannelRx {
     trailer: Option<TrailerRepr>,
     last_heard: Timestamp,
     buffered: usize,
+    /// Blocks stepped over (aligned channels) and the first of them.
+    gaps: Option<(u64, u64)>,
 }
 
 impl ChannelRx {
@@ -535,7 +551,13 @@ impl ChannelRx {
             trailer: None,
             last_heard: now,
             buffered: 0,
+            gaps: None,
         }
+    }
+
+    /// Whether a lost block is a gap rather than the channel's failure.
+    fn steps_over_gaps(&self) -> bool {
+        self.meta.as_ref().is_some_and(|m| m.aligned)
     }
 
     fn advance_progress(&mut self, to: u64, now: Timestamp, grace: Duration) {
@@ -724,6 +746,7 @@ impl Receiver {
         }
         let expiry = 2 * self.config.delta_t;
         let mut failures: Vec<(ChannelId, FailReason)> = Vec::new();
+        let mut gaps: Vec<(ChannelId, u64)> = Vec::new();
         if let Some(s) = &mut self.session {
             for id in s.channel_due.take_due(now) {
                 let Some(ch) = s.channels.get_mut(&id) else {
@@ -735,8 +758,12 @@ impl Receiver {
                 }
                 if let Some(limit) = limit {
                     if let Some(lost) = first_lost(ch, limit) {
-                        failures.push((id, lost));
-                        continue;
+                        if ch.steps_over_gaps() {
+                            gaps.push((id, limit));
+                        } else {
+                            failures.push((id, lost));
+                            continue;
+                        }
                     }
                 }
                 if ch.last_heard + expiry <= now {
@@ -745,6 +772,11 @@ impl Receiver {
                 }
                 s.channel_due.set(id, Some(ch.deadline(expiry)));
             }
+        }
+        gaps.sort_by_key(|(id, _)| *id);
+        for (id, limit) in gaps {
+            self.step_over(id, limit);
+            self.rearm(id);
         }
         failures.sort_by_key(|(id, _)| *id);
         for (id, reason) in failures {
@@ -1173,6 +1205,56 @@ impl Receiver {
         self.deliver(channel);
     }
 
+    /// Steps an aligned channel over the blocks below `limit` that did not
+    /// decode: each run of them is one `ChannelGap`, the decoded blocks
+    /// between are delivered in order, then delivery goes on as usual.
+    fn step_over(&mut self, channel: ChannelId, limit: u64) {
+        let Some(s) = &mut self.session else { return };
+        let Some(ch) = s.channels.get_mut(&channel) else {
+            return;
+        };
+        let mut run: Option<(u64, u64)> = None;
+        while ch.next_block < limit {
+            let b = ch.next_block;
+            let decoded = ch.blocks.get(&b).is_some_and(|x| x.done.is_some());
+            if decoded {
+                if let Some((block, count)) = run.take() {
+                    self.events.push_back(Event::ChannelGap {
+                        channel,
+                        block,
+                        count,
+                    });
+                }
+                deliver_one(
+                    ch,
+                    channel,
+                    &mut self.buffered,
+                    &mut self.stats,
+                    &mut self.events,
+                );
+                continue;
+            }
+            if let Some(partial) = ch.blocks.remove(&b) {
+                let held = partial.buffered();
+                ch.buffered -= held;
+                self.buffered -= held;
+            }
+            self.stats.blocks_lost += 1;
+            let (first, total) = ch.gaps.unwrap_or((b, 0));
+            ch.gaps = Some((first, total + 1));
+            run = Some(run.map_or((b, 1), |(block, n)| (block, n + 1)));
+            ch.next_block += 1;
+        }
+        if let Some((block, count)) = run {
+            self.events.push_back(Event::ChannelGap {
+                channel,
+                block,
+                count,
+            });
+        }
+        self.deliver(channel);
+    }
+
     /// Emits every decoded block in order, then the verdict once the trailer
     /// and all blocks are in.
     fn deliver(&mut self, channel: ChannelId) {
@@ -1183,34 +1265,20 @@ impl Receiver {
         if ch.meta.is_none() {
             return;
         }
-        while let Some(block) = ch.blocks.get(&ch.next_block) {
-            if block.done.is_none() {
-                break;
-            }
-            let Some(mut block) = ch.blocks.remove(&ch.next_block) else {
-                break;
-            };
-            let data = block.done.take().unwrap_or_default();
-            let held = data.len();
-            ch.buffered -= held;
-            self.buffered -= held;
-            ch.hasher.update(&data);
-            let offset = ch.delivered;
-            ch.delivered += data.len() as u64;
-            ch.next_block += 1;
-            self.stats.blocks_delivered += 1;
-            self.stats.bytes_delivered += data.len() as u64;
-            self.events.push_back(Event::ChannelData {
-                channel,
-                offset,
-                data,
-            });
-        }
+        while deliver_one(
+            ch,
+            channel,
+            &mut self.buffered,
+            &mut self.stats,
+            &mut self.events,
+        ) {}
         let Some(trailer) = ch.trailer else { return };
         if ch.next_block < trailer.total_blocks {
             return;
         }
-        let verdict = if ch.delivered != trailer.total_len {
+        let verdict = if let Some((block, count)) = ch.gaps {
+            Err(FailReason::BlockLost { block, count })
+        } else if ch.delivered != trailer.total_len {
             Err(FailReason::LengthMismatch {
                 expected: trailer.total_len,
                 received: ch.delivered,
@@ -1239,6 +1307,42 @@ impl Receiver {
             Err(reason) => self.fail_channel(channel, reason),
         }
     }
+}
+
+/// Delivers the channel's next block if it is decoded; `false` otherwise.
+fn deliver_one(
+    ch: &mut ChannelRx,
+    channel: ChannelId,
+    buffered: &mut usize,
+    stats: &mut ReceiverStats,
+    events: &mut VecDeque<Event>,
+) -> bool {
+    if ch
+        .blocks
+        .get(&ch.next_block)
+        .is_none_or(|b| b.done.is_none())
+    {
+        return false;
+    }
+    let Some(mut block) = ch.blocks.remove(&ch.next_block) else {
+        return false;
+    };
+    let data = block.done.take().unwrap_or_default();
+    let held = block.buffered() + data.len();
+    ch.buffered -= held;
+    *buffered -= held;
+    ch.hasher.update(&data);
+    let offset = ch.delivered;
+    ch.delivered += data.len() as u64;
+    ch.next_block += 1;
+    stats.blocks_delivered += 1;
+    stats.bytes_delivered += data.len() as u64;
+    events.push_back(Event::ChannelData {
+        channel,
+        offset,
+        data,
+    });
+    true
 }
 
 fn same_params(a: &BeaconRepr, b: &BeaconRepr) -> bool {

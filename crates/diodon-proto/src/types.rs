@@ -158,16 +158,6 @@ impl RepairRatio {
         let m = (u32::from(k) * u32::from(self.0)).div_ceil(100);
         m as u16
     }
-
-    /// Repair symbols for a short block of `k ≤ k_full` source symbols: as
-    /// many as a full block gets. A short block (a small file, the tail of
-    /// every file, flushed stream data) must survive the same loss events —
-    /// a burst is as long for it as for a full block — so it cannot have
-    /// fewer repair symbols; a 1-byte file at 10 % repair over 64-symbol
-    /// blocks gets 7.
-    pub fn repair_for_short(self, k: u16, k_full: u16) -> u16 {
-        self.repair_for(k).max(self.repair_for(k_full))
-    }
 }
 
 #[cfg(test)]
@@ -210,9 +200,5 @@ mod tests {
         assert_eq!(r.repair_for(1), 1);
         assert_eq!(RepairRatio::percent(0).unwrap().repair_for(64), 0);
         assert!(RepairRatio::percent(101).is_err());
-        assert_eq!(r.repair_for_short(1, 64), 7);
-        assert_eq!(r.repair_for_short(64, 64), 7);
-        assert_eq!(r.repair_for_short(50, 64), 7);
-        assert_eq!(RepairRatio::percent(0).unwrap().repair_for_short(3, 64), 0);
     }
 }

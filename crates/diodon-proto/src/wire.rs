@@ -617,6 +617,11 @@ pub enum ChannelKind {
     Datagrams = 3,
 }
 
+/// Channel-open flag: the size field is valid.
+pub const OPEN_SIZE_KNOWN: u8 = 0x01;
+/// Channel-open flag: records aligned to blocks, a lost block is a gap.
+pub const OPEN_ALIGNED: u8 = 0x02;
+
 /// A channel's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChannelMeta {
@@ -632,6 +637,12 @@ pub struct ChannelMeta {
     pub mtime_nsec: u32,
     /// Name (relative path for files, label for streams), UTF-8.
     pub name: String,
+    /// Records aligned to blocks (open flag bit 1, `Datagrams` only): every
+    /// block starts with a record, no record crosses a block boundary, and
+    /// a block ends in zero padding. A lost block is then a gap the
+    /// receiver reports and steps over, not the channel's failure: the
+    /// packets of an IP tunnel.
+    pub aligned: bool,
 }
 
 impl ChannelMeta {
@@ -644,6 +655,17 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            aligned: false,
+        }
+    }
+
+    /// A channel of IP packets: `Datagrams`, records aligned to blocks, a
+    /// lost block is a gap.
+    pub fn packets(name: impl Into<String>) -> Self {
+        ChannelMeta {
+            kind: ChannelKind::Datagrams,
+            aligned: true,
+            ..ChannelMeta::stream(name)
         }
     }
 
@@ -656,6 +678,7 @@ impl ChannelMeta {
             mtime_sec: 0,
             mtime_nsec: 0,
             name: name.into(),
+            aligned: false,
         }
     }
 
@@ -674,15 +697,18 @@ impl ChannelMeta {
             _ => return Err(bad("unknown channel kind")),
         };
         let flags = body[1];
-        if flags & !1 != 0 {
+        if flags & !(OPEN_SIZE_KNOWN | OPEN_ALIGNED) != 0 {
             return Err(bad("undefined flag bits"));
+        }
+        if flags & OPEN_ALIGNED != 0 && kind != ChannelKind::Datagrams {
+            return Err(bad("aligned records outside a datagram channel"));
         }
         let name_len = be_u16(body, 2) as usize;
         if name_len > MAX_NAME_LEN || body.len() != OPEN_FIXED_LEN + name_len {
             return Err(bad("name length differs from the body"));
         }
         let size = be_u64(body, 4);
-        if flags & 1 == 0 && size != 0 {
+        if flags & OPEN_SIZE_KNOWN == 0 && size != 0 {
             return Err(bad("size is not zero but flagged unknown"));
         }
         let mtime_nsec = be_u32(body, 24);
@@ -694,11 +720,12 @@ impl ChannelMeta {
             .to_owned();
         Ok(ChannelMeta {
             kind,
-            size: (flags & 1 != 0).then_some(size),
+            size: (flags & OPEN_SIZE_KNOWN != 0).then_some(size),
             mode: be_u32(body, 12),
             mtime_sec: be_u64(body, 16).cast_signed(),
             mtime_nsec,
             name,
+            aligned: flags & OPEN_ALIGNED != 0,
         })
     }
 
@@ -708,7 +735,11 @@ impl ChannelMeta {
 
     fn emit(&self, b: &mut [u8]) {
         b[0] = self.kind as u8;
-        b[1] = u8::from(self.size.is_some());
+        b[1] = if self.size.is_some() {
+            OPEN_SIZE_KNOWN
+        } else {
+            0
+        } | if self.aligned { OPEN_ALIGNED } else { 0 };
         b[2..4].copy_from_slice(&(self.name.len() as u16).to_be_bytes());
         b[4..12].copy_from_slice(&self.size.unwrap_or(0).to_be_bytes());
         b[12..16].copy_from_slice(&self.mode.to_be_bytes());

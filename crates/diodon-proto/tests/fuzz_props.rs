@@ -186,6 +186,7 @@ fn open() -> impl Strategy<Value = Spec> {
                 mode,
                 mtime_sec,
                 mtime_nsec,
+                aligned: kind == 2 && mode & 1 == 1,
                 name,
             })
         })
@@ -305,6 +306,22 @@ proptest! {
     }
 
     #[test]
+    fn records_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..600)) {
+        fuzzing::records(&data);
+    }
+
+    #[test]
+    fn records_round_trip(payloads in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..300), 0..20), pad in 0usize..4) {
+        let mut block = Vec::new();
+        for p in &payloads {
+            diodon_proto::records::push_record(&mut block, p).unwrap();
+        }
+        block.extend(std::iter::repeat_n(0u8, pad));
+        let back: Vec<Vec<u8>> = diodon_proto::BlockRecords::new(&block).map(|r| r.unwrap().to_vec()).collect();
+        prop_assert_eq!(back, payloads);
+    }
+
+    #[test]
     fn fec_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..64)) {
         fuzzing::fec(&data);
     }
@@ -326,8 +343,9 @@ type Target = (&'static str, fn(&[u8]));
 #[test]
 fn fuzz_seeds_pass() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds");
-    let targets: [Target; 3] = [
+    let targets: [Target; 4] = [
         ("wire", fuzzing::wire),
+        ("records", fuzzing::records),
         ("receiver", fuzzing::receiver),
         ("fec", fuzzing::fec),
     ];

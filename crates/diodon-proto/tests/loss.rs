@@ -213,9 +213,26 @@ fn outages_beyond_the_repair_fail_only_the_hit_channels() {
     let link = Link::new()
         .with(Outage::new(at(20_000), at(20_300)))
         .with(Outage::new(at(50_000), at(50_300)));
-    let (complete, total) = check("outages", seed, config(10, 1), link, false, Some(40));
+    let small_blocks = SenderConfig {
+        block_symbols: 64,
+        ..config(10, 1)
+    };
+    let (complete, total) = check("outages", seed, small_blocks, link, false, Some(40));
     assert!(
         complete < total && complete > 0,
         "outages should hit some channels and spare others"
     );
+}
+
+#[test]
+fn the_default_blocks_repair_the_same_outages() {
+    // The outages above, against the default 256-symbol blocks (26 repair
+    // symbols each, still without interleaving): every channel completes.
+    let seed = Seed::from_env_or(9);
+    let at = |us: u64| Timestamp::from_micros(1000 + us);
+    let link = Link::new()
+        .with(Outage::new(at(20_000), at(20_300)))
+        .with(Outage::new(at(50_000), at(50_300)));
+    let (complete, total) = check("outages_default", seed, config(10, 1), link, true, Some(40));
+    assert_eq!(complete, total);
 }

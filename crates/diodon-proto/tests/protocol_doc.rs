@@ -59,6 +59,7 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                     mtime_sec: 1_795_000_000,
                     mtime_nsec: 0,
                     name: "hello.txt".into(),
+                    aligned: false,
                 }),
             },
             Integrity::Crc32c,

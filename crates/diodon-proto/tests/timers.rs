@@ -17,7 +17,9 @@ use std::time::Duration;
 const NS: Duration = Duration::from_nanos(1);
 
 fn datagrams(session: u64, data: &[u8], now: Timestamp, finish: bool) -> Vec<Vec<u8>> {
+    // 64-symbol blocks, no repair, no interleaving: the tests count blocks.
     let cfg = SenderConfig {
+        block_symbols: 64,
         repair: RepairRatio::percent(0).unwrap(),
         interleave_depth: 1,
         ..SenderConfig::default()

@@ -71,7 +71,7 @@ pub use impairment::Impairment;
 pub use link::Link;
 pub use node::{LinkNode, NodeStats};
 pub use nodes::{
-    Bernoulli, Corrupt, Delay, Duplicate, GilbertElliott, Mtu, Outage, RateLimit, Reorder,
+    Bernoulli, Bursts, Corrupt, Delay, Duplicate, GilbertElliott, Mtu, Outage, RateLimit, Reorder,
     TailDropBuffer,
 };
 pub use pair::{Pair, ADDR_A, ADDR_B};

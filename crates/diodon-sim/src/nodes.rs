@@ -1,7 +1,7 @@
 //! The built-in link elements.
 //!
 //! ```text
-//!   loss:        Bernoulli, GilbertElliott, Outage, Mtu
+//!   loss:        Bernoulli, GilbertElliott, Bursts, Outage, Mtu
 //!   queueing:    TailDropBuffer (finite, drops), RateLimit (unbounded, no drop)
 //!   timing:      Delay (fixed + optional jitter), Reorder (random hold-back)
 //!   damage:      Duplicate, Corrupt (bit flips or truncation)
@@ -59,6 +59,101 @@ impl LinkNode for Bernoulli {
 
     fn name(&self) -> &'static str {
         "bernoulli"
+    }
+}
+
+/// Drops runs of exactly `length` consecutive datagrams, separated by at
+/// least `min_gap` passed datagrams plus a random gap (geometric, mean
+/// `mean_extra_gap`): isolated bursts such as a receive-ring overflow or a
+/// lost GSO super-packet, at a long-run loss of
+/// `length / (length + min_gap + mean_extra_gap)`.
+///
+/// ```text
+///   pass ≥ min_gap + Geom(mean_extra_gap) ──▶ drop `length` ──▶ pass … ──▶ drop `length`
+/// ```
+#[derive(Debug)]
+pub struct Bursts {
+    length: u64,
+    min_gap: u64,
+    extra_gap_probability: f64,
+    /// Datagrams left to pass before the next burst; then `length` to drop.
+    to_pass: u64,
+    to_drop: u64,
+    rng: ChaCha8Rng,
+    stats: NodeStats,
+    /// Bursts started.
+    started: u64,
+}
+
+impl Bursts {
+    /// Bursts of `length`, at least `min_gap` apart, with a geometric extra
+    /// gap of mean `mean_extra_gap` datagrams (0: exactly `min_gap`).
+    pub fn new(length: u64, min_gap: u64, mean_extra_gap: f64, seed: Seed) -> Bursts {
+        assert!(length > 0, "Bursts length must be positive");
+        assert!(mean_extra_gap >= 0.0, "Bursts mean_extra_gap must be >= 0");
+        let mut b = Bursts {
+            length,
+            min_gap,
+            // Geometric on {0, 1, …} with mean μ: success probability 1/(1+μ).
+            extra_gap_probability: 1.0 / (1.0 + mean_extra_gap),
+            to_pass: 0,
+            to_drop: 0,
+            rng: seed.rng(),
+            stats: NodeStats::default(),
+            started: 0,
+        };
+        b.to_pass = b.next_gap();
+        b
+    }
+
+    /// Bursts of `length` at a long-run loss of `loss`, never closer than
+    /// `min_gap`.
+    pub fn at_loss(length: u64, loss: f64, min_gap: u64, seed: Seed) -> Bursts {
+        check_probability("Bursts loss", loss);
+        let mean_gap = length as f64 * (1.0 - loss) / loss.max(f64::MIN_POSITIVE);
+        Bursts::new(length, min_gap, (mean_gap - min_gap as f64).max(0.0), seed)
+    }
+
+    /// Bursts started so far.
+    pub fn bursts(&self) -> u64 {
+        self.started
+    }
+
+    fn next_gap(&mut self) -> u64 {
+        let mut extra = 0u64;
+        while !self.rng.random_bool(self.extra_gap_probability) {
+            extra += 1;
+        }
+        self.min_gap + extra
+    }
+}
+
+impl LinkNode for Bursts {
+    fn offer(&mut self, now: Timestamp, datagram: Vec<u8>, out: &mut Vec<(Timestamp, Vec<u8>)>) {
+        self.stats.offered += 1;
+        if self.to_drop == 0 && self.to_pass == 0 {
+            self.to_drop = self.length;
+            self.started += 1;
+        }
+        if self.to_drop > 0 {
+            self.to_drop -= 1;
+            self.stats.dropped += 1;
+            if self.to_drop == 0 {
+                self.to_pass = self.next_gap().max(1);
+            }
+        } else {
+            self.to_pass -= 1;
+            self.stats.passed += 1;
+            out.push((now, datagram));
+        }
+    }
+
+    fn stats(&self) -> NodeStats {
+        self.stats.clone()
+    }
+
+    fn name(&self) -> &'static str {
+        "bursts"
     }
 }
 

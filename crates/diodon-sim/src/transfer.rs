@@ -72,6 +72,25 @@ pub fn in_memory_transfer_metered(
     loss_percent: u64,
     meter: &mut dyn FnMut(Side),
 ) -> (ReceiverStats, u64) {
+    let mut link = Link::new();
+    if loss_percent > 0 {
+        link = link.with(Bernoulli::new(loss_percent as f64 / 100.0, LOSS_SEED));
+    }
+    in_memory_transfer_over(config, data, channels, link, meter)
+}
+
+/// Like [`in_memory_transfer_metered`], over any `link` (a loss model of
+/// the caller's: bursts, a Gilbert–Elliott channel, outages).
+///
+/// # Panics
+/// If `config` is invalid.
+pub fn in_memory_transfer_over(
+    config: SenderConfig,
+    data: &[u8],
+    channels: usize,
+    link: Link,
+    meter: &mut dyn FnMut(Side),
+) -> (ReceiverStats, u64) {
     let start = Timestamp::from_millis(1);
     let batch = config.max_batch.max(1);
     let sender = Sender::new(config, SessionId(1), start).expect("valid sender config");
@@ -79,10 +98,6 @@ pub fn in_memory_transfer_metered(
     let mut source = Source::new(sender, data, channels);
     if source.channel.is_none() {
         return (receiver.stats(), 0);
-    }
-    let mut link = Link::new();
-    if loss_percent > 0 {
-        link = link.with(Bernoulli::new(loss_percent as f64 / 100.0, LOSS_SEED));
     }
     let mut pair = Pair::new(
         &mut source,

@@ -173,6 +173,21 @@ impl Drop for Namespace {
     }
 }
 
+/// The names of the entries of `dir`, sorted (panics if it cannot be read).
+pub fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            e.unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// Runs a command; panics with its stderr if it fails.
 pub fn run(args: &[&str]) {
     let out = Command::new(args[0])

@@ -54,6 +54,9 @@ pub enum Command {
     Tap(TapArgs),
     /// The tap's agent: strip the encapsulation, hand frames to a TAP, pcap files or a socket.
     Agent(AgentArgs),
+    /// The one-way IP tunnel: `tunnel send --tun NAME --to ADDR` (the far
+    /// side runs `diodon recv --tun NAME`).
+    Tunnel(TunnelArgs),
 }
 
 /// Settings shared by both sides.
@@ -69,10 +72,17 @@ pub struct LinkArgs {
     /// sizes the socket buffer. Default 950mbit.
     #[arg(long)]
     pub rate: Option<String>,
-    /// Repair symbols in percent of source symbols. Default 10.
+    /// Repair symbols in percent of source symbols. Default 10, or what
+    /// `--expected-loss` chooses.
     #[arg(long)]
     pub repair: Option<u32>,
-    /// Source symbols per FEC block. Default 64.
+    /// Random loss of the link, in percent (e.g. `0.5`): picks the least
+    /// repair that keeps a 1 GB file below a 10⁻⁶ chance of failing and
+    /// repairs any burst of 64 datagrams, sizes short blocks for it, and
+    /// says what it chose. Default: designed for 1 %, repair 10.
+    #[arg(long, value_name = "PERCENT")]
+    pub expected_loss: Option<f64>,
+    /// Source symbols per FEC block. Default 256.
     #[arg(long)]
     pub block: Option<u16>,
     /// Blocks whose symbols are interleaved. Default 4.
@@ -161,6 +171,13 @@ pub struct RecvArgs {
     /// With --pcap-out: ... or after this many seconds (0: never). Default 0.
     #[arg(long, value_name = "SECS")]
     pub rotate_secs: Option<u64>,
+    /// Write the packets of a tunnel (`diodon tunnel send`) into this TUN
+    /// interface (created if missing; give it addresses and routes).
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// MTU to set on the --tun interface.
+    #[arg(long, value_name = "BYTES")]
+    pub tun_mtu: Option<u32>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9978`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -302,4 +319,68 @@ pub struct AgentArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `diodon tunnel`.
+#[derive(Debug, Args)]
+pub struct TunnelArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub cmd: TunnelCommand,
+}
+
+/// Tunnel subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TunnelCommand {
+    /// Read IP packets routed into a TUN and send them across the diode
+    /// (runs until interrupted; the channel then finishes cleanly).
+    Send(TunnelSendArgs),
+}
+
+/// `diodon tunnel send`.
+#[derive(Debug, Args)]
+pub struct TunnelSendArgs {
+    /// The TUN interface to read (created if missing; route traffic into it).
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// Receiver address, e.g. `10.77.0.2:7700`.
+    #[arg(long)]
+    pub to: Option<SocketAddr>,
+    /// Local address to send from.
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+    /// TUN queues (one reader thread each; more than 1 sets `IFF_MULTI_QUEUE`). Default 1.
+    #[arg(long, value_name = "N")]
+    pub tun_queues: Option<usize>,
+    /// Take checksum, TSO and USO offloads (`IFF_VNET_HDR`): one read returns
+    /// a TCP/UDP super-packet, segmented here.
+    #[arg(long)]
+    pub offload: bool,
+    /// Ring length of each TUN queue (txqueuelen); default: leave the kernel's 500.
+    #[arg(long, value_name = "PACKETS")]
+    pub txqueuelen: Option<u32>,
+    /// MTU to set on the TUN.
+    #[arg(long, value_name = "BYTES")]
+    pub tun_mtu: Option<u32>,
+    /// Diodon's packet queue, in milliseconds at the link rate. Default 30.
+    #[arg(long, value_name = "MS")]
+    pub queue_ms: Option<u64>,
+    /// What a full queue drops: `tail` (the arriving packet) or `head` (the oldest). Default tail.
+    #[arg(long, value_name = "POLICY")]
+    pub drop: Option<String>,
+    /// A partial FEC block waits at most this long for more packets (ms). Default 5.
+    #[arg(long, value_name = "MS")]
+    pub flush: Option<u64>,
+    /// Skip the start-up probe for TUN backpressure (it creates a scratch TUN).
+    #[arg(long)]
+    pub no_probe: bool,
+    /// Serve Prometheus metrics over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Never use UDP GSO.
+    #[arg(long)]
+    pub no_gso: bool,
+    /// Link settings.
+    #[command(flatten)]
+    pub link: LinkArgs,
 }

@@ -12,7 +12,8 @@ use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::link::read_key;
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
-use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SymbolSize};
+use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
+use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SenderConfig, SymbolSize};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,9 +23,9 @@ use std::time::Duration;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
-    /// `to` (send, tap).
+    /// `to` (send, tap, tunnel send).
     pub to: Option<SocketAddr>,
-    /// `bind` (send, tap).
+    /// `bind` (send, tap, tunnel send).
     pub bind: Option<SocketAddr>,
     listen: Option<SocketAddr>,
     tcp_listen: Option<SocketAddr>,
@@ -44,6 +45,7 @@ pub struct FileConfig {
     mtu: Option<usize>,
     rate: Option<String>,
     repair: Option<u32>,
+    expected_loss: Option<f64>,
     block: Option<u16>,
     interleave: Option<u8>,
     key_file: Option<PathBuf>,
@@ -66,6 +68,24 @@ pub struct FileConfig {
     pub rotate_mb: Option<u64>,
     /// `rotate-secs` (recv, agent): ... or after this many seconds.
     pub rotate_secs: Option<u64>,
+    /// `tun` (tunnel send, recv): the TUN interface.
+    pub tun: Option<String>,
+    /// `tun-mtu` (tunnel send, recv).
+    pub tun_mtu: Option<u32>,
+    /// `tun-queues` (tunnel send).
+    pub tun_queues: Option<usize>,
+    /// `offload` (tunnel send).
+    pub offload: Option<bool>,
+    /// `txqueuelen` (tunnel send).
+    pub txqueuelen: Option<u32>,
+    /// `queue-ms` (tunnel send).
+    pub queue_ms: Option<u64>,
+    /// `drop` (tunnel send): `tail` or `head`.
+    pub drop: Option<String>,
+    /// `flush` (tunnel send), ms.
+    pub flush: Option<u64>,
+    /// `no-probe` (tunnel send).
+    pub no_probe: Option<bool>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command
@@ -118,8 +138,14 @@ pub struct Link {
     pub mtu: usize,
     pub rate: Rate,
     pub repair: RepairRatio,
+    /// `--repair` was given (`--expected-loss` then only sizes short blocks).
+    pub repair_given: bool,
+    /// `--expected-loss` as a probability.
+    pub expected_loss: Option<f64>,
     pub block: u16,
     pub interleave: u8,
+    /// Whether `interleave` was given (the tunnel's default differs).
+    pub interleave_given: bool,
     pub integrity: Integrity,
     pub beacon: Duration,
     pub delta_t: Duration,
@@ -136,7 +162,13 @@ impl Link {
             .or_else(|| f.rate.clone())
             .unwrap_or_else(|| DEFAULT_RATE.into());
         let rate: Rate = rate_text.parse()?;
+        let repair_given = a.repair.or(f.repair).is_some();
         let repair = RepairRatio::percent(a.repair.or(f.repair).unwrap_or(10))?;
+        let expected_loss = match a.expected_loss.or(f.expected_loss) {
+            Some(pct) if (0.0..100.0).contains(&pct) => Some(pct / 100.0),
+            Some(pct) => bail!("--expected-loss {pct} is not a percentage below 100"),
+            None => None,
+        };
         let key_file = a.key_file.clone().or_else(|| f.key_file.clone());
         let integrity = match key_file {
             Some(p) => Integrity::Keyed(read_key(&p)?),
@@ -150,14 +182,58 @@ impl Link {
             mtu: a.mtu.or(f.mtu).unwrap_or(1500),
             rate,
             repair,
-            block: a.block.or(f.block).unwrap_or(64),
+            repair_given,
+            expected_loss,
+            block: a
+                .block
+                .or(f.block)
+                .unwrap_or(SenderConfig::default().block_symbols),
             interleave: a.interleave.or(f.interleave).unwrap_or(4),
+            interleave_given: a.interleave.or(f.interleave).is_some(),
             integrity,
             beacon: Duration::from_millis(beacon),
             delta_t: Duration::from_millis(a.delta_t.or(f.delta_t).unwrap_or(2000)),
             device: a.device.clone().or_else(|| f.device.clone()),
             json: a.json || f.json.unwrap_or(false),
         })
+    }
+
+    /// The repair ratio and the loss short blocks are designed for (parts
+    /// per million), for datagrams of `symbol`: `--repair`, or the least
+    /// ratio `--expected-loss` needs; with a sentence saying what
+    /// `--expected-loss` chose (or that the given `--repair` falls short).
+    pub fn repair_plan(&self, symbol: SymbolSize) -> Result<(RepairRatio, u32, Option<String>)> {
+        let Some(loss) = self.expected_loss else {
+            return Ok((self.repair, SenderConfig::default().design_loss_ppm, None));
+        };
+        let ppm = (loss * 1e6).round() as u32;
+        let model = LossModel { loss, burst: 64 };
+        let (k, depth) = (u32::from(self.block), usize::from(self.interleave));
+        let choice = choose_repair(model, symbol.get(), k, depth);
+        let pct = loss * 100.0;
+        if self.repair_given {
+            let m = u32::from(self.repair.repair_for(self.block));
+            let fail = file_failure(TARGET_FILE_BYTES, symbol.get(), k, m, loss);
+            let note = match choice {
+                Some(c) if c.percent > self.repair.get() => Some(format!(
+                    "--repair {} is less than the {} % that {pct} % expected loss needs: a 1 GB file fails with probability {fail:.1e}",
+                    self.repair.get(),
+                    c.percent
+                )),
+                _ => None,
+            };
+            return Ok((self.repair, ppm, note));
+        }
+        let c = choice.ok_or_else(|| {
+            anyhow::anyhow!(
+                "no repair up to 100 % keeps a 1 GB file safe at {pct} % loss with {k}-symbol blocks"
+            )
+        })?;
+        let note = format!(
+            "expected loss {pct} %: repair {} % ({} symbols per {k}-symbol block); a 1 GB file fails with probability {:.1e}, any burst of 64 datagrams is repaired",
+            c.percent, c.repair_symbols, c.file_failure
+        );
+        Ok((RepairRatio::percent(c.percent)?, ppm, Some(note)))
     }
 
     /// The symbol size for this MTU and address family.
@@ -248,99 +324,4 @@ impl RecvArgs {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::args::{Cli, Command, LinkArgs};
-    use clap::Parser;
-
-    #[test]
-    fn toml_matches_flags() {
-        let f: FileConfig = toml::from_str(
-            "rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\nchannels = 2\n",
-        )
-        .unwrap();
-        assert_eq!(f.channels, Some(2));
-        assert_eq!(f.rate.as_deref(), Some("1gbit"));
-        assert_eq!(f.repair, Some(20));
-        assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
-        let link = Link::merge(
-            &LinkArgs {
-                repair: Some(5),
-                ..LinkArgs::default()
-            },
-            &FileConfig::default(),
-        )
-        .unwrap();
-        assert_eq!(link.repair.get(), 5);
-        assert_eq!(link.rate.bps(), 950_000_000);
-    }
-
-    #[test]
-    fn channels_implies_once_and_must_be_positive() {
-        let recv = |args: &[&str]| -> Result<RecvSettings> {
-            let cli = Cli::try_parse_from(
-                [
-                    "diodon",
-                    "recv",
-                    "--listen",
-                    "127.0.0.1:7700",
-                    "--out",
-                    "/o",
-                ]
-                .iter()
-                .chain(args),
-            )?;
-            let Command::Recv(r) = cli.cmd else {
-                panic!("not recv")
-            };
-            r.resolve(&FileConfig::default())
-        };
-        let s = recv(&["--channels", "2"]).unwrap();
-        assert!(s.once);
-        assert_eq!(s.channels, Some(2));
-        let s = recv(&[]).unwrap();
-        assert!(!s.once);
-        assert_eq!(s.channels, None);
-        assert!(recv(&["--channels", "0"]).is_err());
-    }
-
-    #[test]
-    fn quarantine_bounds_come_from_flags_or_the_file() {
-        let recv = |args: &[&str], file: &str| -> Result<RecvSettings> {
-            let cli = Cli::try_parse_from(
-                ["diodon", "recv", "--listen", "127.0.0.1:7700"]
-                    .iter()
-                    .chain(args),
-            )?;
-            let Command::Recv(r) = cli.cmd else {
-                panic!("not recv")
-            };
-            r.resolve(&toml::from_str(file)?)
-        };
-        let d = recv(&[], "").unwrap().quarantine;
-        assert_eq!(d, QuarantineLimits::default());
-        assert_eq!(d.max_bytes, QuarantineBytes::Auto);
-        assert_eq!(d.max_entries, 1000);
-        let q = recv(
-            &["--quarantine-bytes", "64MiB", "--quarantine-entries", "7"],
-            "",
-        )
-        .unwrap()
-        .quarantine;
-        assert_eq!(q.max_bytes, QuarantineBytes::Bytes(64 << 20));
-        assert_eq!(q.max_entries, 7);
-        let q = recv(&[], "quarantine-bytes = \"5%\"\nquarantine-entries = 9\n")
-            .unwrap()
-            .quarantine;
-        assert_eq!(q.max_bytes, QuarantineBytes::Percent(5));
-        assert_eq!(q.max_entries, 9);
-        let q = recv(&["--quarantine-bytes", "1000"], "quarantine-bytes = 4096\n")
-            .unwrap()
-            .quarantine;
-        assert_eq!(q.max_bytes, QuarantineBytes::Bytes(1000), "the flag wins");
-        assert!(recv(&["--quarantine-bytes", "lots"], "").is_err());
-        assert!(recv(&["--quarantine-entries", "0"], "").is_err());
-        assert!(recv(&[], "quarantine-entries = 0\n").is_err());
-        assert!(recv(&[], "quarantine-bytes = \"200%\"\n").is_err());
-    }
-}
+mod tests;

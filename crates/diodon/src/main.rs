@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
-//!              │                                            guard | stats | tap | agent
+//!              │                                            guard | stats | tap | agent | tunnel
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
@@ -26,6 +26,7 @@ mod send;
 mod stats;
 mod stop;
 mod tap;
+mod tunnel;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(&args),
         Command::Tap(args) => tap::run(&args),
         Command::Agent(args) => agent::run(&args),
+        Command::Tunnel(args) => tunnel::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -7,7 +7,7 @@
 //! ```
 
 use crate::args::RecvArgs;
-use crate::config::{pick, FileConfig, Link};
+use crate::config::{pick, FileConfig, Link, RecvSettings};
 use crate::fatal::Fatal;
 use crate::progress;
 use crate::stop::stop_flag;
@@ -24,16 +24,54 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// `--tap-out PREFIX` or `--pcap-out DIR` (with its rotation), if given.
-fn packet_output(args: &RecvArgs, file: &FileConfig) -> Option<PacketOutput> {
-    if let Some(prefix) = pick(args.tap_out.as_ref(), file.tap_out.as_ref()) {
-        return Some(PacketOutput::Tap(prefix));
+/// The one sink the flags and the file name (exactly one of them).
+fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOutput, Fatal> {
+    let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
+    let tun = pick(args.tun.as_ref(), file.tun.as_ref());
+    let tap_out = pick(args.tap_out.as_ref(), file.tap_out.as_ref());
+    let pcap_out = pick(args.pcap_out.as_ref(), file.pcap_out.as_ref());
+    let mut outputs: Vec<RecvOutput> = Vec::new();
+    if let Some(path) = &s.out {
+        outputs.push(RecvOutput::Dir {
+            path: path.clone(),
+            files: FileSinkOptions {
+                fsync: s.fsync,
+                quarantine: s.quarantine,
+            },
+        });
     }
-    pick(args.pcap_out.as_ref(), file.pcap_out.as_ref()).map(|dir| PacketOutput::Pcap {
-        dir,
-        max_bytes: args.rotate_mb.or(file.rotate_mb).unwrap_or(100) << 20,
-        max_age: Duration::from_secs(args.rotate_secs.or(file.rotate_secs).unwrap_or(0)),
-    })
+    if s.stdout {
+        outputs.push(RecvOutput::Stdout);
+    }
+    if let Some(a) = s.tcp_connect {
+        outputs.push(RecvOutput::Tcp(a));
+    }
+    if let Some(a) = udp_forward {
+        outputs.push(RecvOutput::UdpForward(a));
+    }
+    if let Some(name) = tun {
+        outputs.push(RecvOutput::Tun {
+            name,
+            mtu: args.tun_mtu.or(file.tun_mtu),
+        });
+    }
+    if let Some(prefix) = tap_out {
+        outputs.push(RecvOutput::Packets(PacketOutput::Tap(prefix)));
+    }
+    if let Some(dir) = pcap_out {
+        outputs.push(RecvOutput::Packets(PacketOutput::Pcap {
+            dir,
+            max_bytes: args.rotate_mb.or(file.rotate_mb).unwrap_or(100) << 20,
+            max_age: Duration::from_secs(args.rotate_secs.or(file.rotate_secs).unwrap_or(0)),
+        }));
+    }
+    if outputs.len() != 1 {
+        return Err(Fatal::config(anyhow!(
+            "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, \
+             --tun NAME, --tap-out PREFIX, --pcap-out DIR"
+        )));
+    }
+    Ok(outputs.remove(0))
 }
 
 /// Runs `diodon recv`.
@@ -41,26 +79,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
     let s = args.resolve(&file).map_err(Fatal::config)?;
-    let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
-    let packets = packet_output(args, &file);
-    let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward, packets) {
-        (Some(path), false, None, None, None) => RecvOutput::Dir {
-            path: path.clone(),
-            files: FileSinkOptions {
-                fsync: s.fsync,
-                quarantine: s.quarantine,
-            },
-        },
-        (None, true, None, None, None) => RecvOutput::Stdout,
-        (None, false, Some(a), None, None) => RecvOutput::Tcp(a),
-        (None, false, None, Some(a), None) => RecvOutput::UdpForward(a),
-        (None, false, None, None, Some(p)) => RecvOutput::Packets(p),
-        _ => {
-            return Err(Fatal::config(anyhow!(
-                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, --tap-out PREFIX, --pcap-out DIR"
-            )))
-        }
-    };
+    let output = output(args, &file, &s)?;
     let mut udp = UdpConfig::new(s.listen);
     udp.device.clone_from(&link.device);
     udp.rcvbuf = Some(s.rcvbuf.unwrap_or_else(|| rcvbuf_for(link.rate, s.stall)));
@@ -69,6 +88,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         RecvOutput::Dir { .. }
         | RecvOutput::Tcp(_)
         | RecvOutput::UdpForward(_)
+        | RecvOutput::Tun { .. }
         | RecvOutput::Packets(_) => !link.json,
     };
     let job = RecvJob {
@@ -97,7 +117,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         if let Some(bar) = bar {
             bar.set_position(p.bytes.load(Ordering::Relaxed));
             bar.set_message(format!(
-                "{} datagrams, {} verified, {} failed, {} socket drops",
+                "{} datagrams, {} verified, {} failed, {} packets dropped by the kernel",
                 p.datagrams.load(Ordering::Relaxed),
                 p.complete.load(Ordering::Relaxed),
                 p.failed.load(Ordering::Relaxed),

@@ -42,23 +42,16 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
-    let config = SenderConfig {
-        symbol_size: link.symbol_size(to).map_err(Fatal::config)?,
-        block_symbols: link.block,
-        repair: link.repair,
-        interleave_depth: link.interleave,
-        rate: link.rate,
-        per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
-        integrity: link.integrity.clone(),
-        delta_t: link.delta_t,
-        beacon_interval: link.beacon,
-        ..SenderConfig::default()
-    };
+    let mut config = sender_config(&link, to)?;
+    if udp_listen.is_some() {
+        // Datagram flows wait in their source socket (sized for the rate),
+        // not in the core: the core holds the two interleave groups it
+        // needs, so a source faster than the link shows as counted socket
+        // drops at once instead of as seconds of queued latency.
+        config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
+    }
     config.validate().map_err(|e| Fatal::config(e.into()))?;
-    let mut udp = UdpConfig::new(bind.unwrap_or_else(|| any_addr(to)));
-    udp.device.clone_from(&link.device);
-    udp.sndbuf = Some(4 << 20);
-    udp.gso = !no_gso;
+    let udp = socket(&link, bind, to, no_gso);
     let input = if let Some(a) = udp_listen {
         let idle = args.udp_idle.or(file.udp_idle).unwrap_or(5000);
         SendInput::Udp(udp_source_options(
@@ -98,6 +91,42 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         }),
         stop: stop_flag(),
     };
+    execute(job, &link)
+}
+
+/// The core's settings from the link settings, for datagrams to `to`.
+pub fn sender_config(link: &Link, to: SocketAddr) -> Result<SenderConfig, Fatal> {
+    let symbol_size = link.symbol_size(to).map_err(Fatal::config)?;
+    let (repair, design_loss_ppm, note) = link.repair_plan(symbol_size).map_err(Fatal::config)?;
+    if let Some(note) = note {
+        tracing::info!("{note}");
+    }
+    Ok(SenderConfig {
+        symbol_size,
+        block_symbols: link.block,
+        repair,
+        design_loss_ppm,
+        interleave_depth: link.interleave,
+        rate: link.rate,
+        per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
+        integrity: link.integrity.clone(),
+        delta_t: link.delta_t,
+        beacon_interval: link.beacon,
+        ..SenderConfig::default()
+    })
+}
+
+/// The sending socket's settings.
+pub fn socket(link: &Link, bind: Option<SocketAddr>, to: SocketAddr, no_gso: bool) -> UdpConfig {
+    let mut udp = UdpConfig::new(bind.unwrap_or_else(|| any_addr(to)));
+    udp.device.clone_from(&link.device);
+    udp.sndbuf = Some(4 << 20);
+    udp.gso = !no_gso;
+    udp
+}
+
+/// Runs a send job with a progress bar, prints its summary, maps the exit code.
+pub fn execute(job: SendJob, link: &Link) -> Result<Exit, Fatal> {
     let show_bar = std::io::stderr().is_terminal() && !link.json;
     let summary = run_send(job, |p| {
         if show_bar {

@@ -758,6 +758,54 @@ fn rcvbuf_errors(tb: &Testbed, side: &str) -> u64 {
     values.split_whitespace().nth(i).unwrap().parse().unwrap()
 }
 
+/// With segmentation offload left on, the veth carries whole GSO
+/// super-packets and a full socket buffer drops them whole: the kernel's
+/// count (and the summary's `dropped_packets`) is in packets, the
+/// datagrams lost are `missing`, and both say which they are.
+#[test]
+fn socket_drops_are_counted_in_kernel_packets_and_lost_datagrams_exactly() {
+    let Some(tb) = Testbed::up(&[]) else { return };
+    let on = tb
+        .cmd("tx", "ethtool")
+        .args(["-K", "tx0", "tx-udp-segmentation", "on"])
+        .status()
+        .unwrap();
+    assert!(on.success(), "ethtool -K tx0 tx-udp-segmentation on");
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("burst.bin");
+    random_file(&src, 30_000_000);
+    let out = dir.path().join("out");
+    let before = rcvbuf_errors(&tb, "rx");
+    let rx = tb.recv(&out, &["--once", "--rcvbuf", "65536"]);
+    let tx = tb.send(&[&src], &["--rate", "unlimited"]);
+    let _ = finish(tx, Duration::from_secs(60), "send");
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    let after = rcvbuf_errors(&tb, "rx");
+    let s = summary(&rx);
+    let packets = s["socket"]["dropped_packets"].as_u64().unwrap();
+    let missing = s["core"]["missing"].as_u64().unwrap();
+    eprintln!(
+        "dropped packets {packets}, missing datagrams {missing}, RcvbufErrors {}",
+        after - before
+    );
+    assert!(
+        packets > 0,
+        "a 64 KiB buffer must overflow under an unpaced sender: {s}"
+    );
+    assert_eq!(packets, after - before, "the kernel's unit: {s}");
+    assert!(
+        missing > packets,
+        "super-packets held several datagrams each, so more datagrams are missing than packets were dropped: {s}"
+    );
+    let text = String::from_utf8_lossy(&rx.stderr);
+    assert!(
+        text.contains(&format!(
+            "kernel dropped {packets} packets (a GRO super-packet counts once"
+        )),
+        "the human summary names the unit: {text}"
+    );
+}
+
 #[test]
 fn unpaced_jumbo_file_is_identical_and_drops_match_the_kernel() {
     let Some(tb) = Testbed::up(&["--mtu", "9000"]) else {
@@ -787,11 +835,11 @@ fn unpaced_jumbo_file_is_identical_and_drops_match_the_kernel() {
     eprintln!(
         "goodput {} Mbit/s, socket drops {}, RcvbufErrors delta {}",
         s["goodput_mbps"],
-        s["socket"]["drops"],
+        s["socket"]["dropped_packets"],
         after - before
     );
     assert_eq!(
-        s["socket"]["drops"].as_u64().unwrap(),
+        s["socket"]["dropped_packets"].as_u64().unwrap(),
         after - before,
         "the summary's socket drops must equal the kernel's RcvbufErrors delta: {s}"
     );

@@ -475,7 +475,7 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
     assert!(n > 2000, "{sent}");
     assert_eq!(counter(&delta, "receiver_socket", "datagrams"), n);
     assert_eq!(counter(&delta, "receiver", "accepted"), n);
-    assert_eq!(counter(&delta, "receiver_socket", "drops"), 0);
+    assert_eq!(counter(&delta, "receiver_socket", "dropped_packets"), 0);
     assert_eq!(counter(&delta, "receiver", "missing"), 0);
     assert_eq!(counter(&delta, "receiver", "blocks_lost"), 0);
     assert_eq!(counter(&delta, "receiver", "channels_complete"), 1);
@@ -495,7 +495,7 @@ fn stats_reads_a_running_diodon_and_its_deltas_match_a_transfer() {
     assert!(text.contains(" channels_complete 1 "), "{text}");
     let socket = format!("diodon {} receiver_socket datagrams", rx.metrics);
     assert!(text.contains(&socket), "{text}");
-    assert!(text.contains(" drops 0\n"), "{text}");
+    assert!(text.contains(" dropped_packets 0\n"), "{text}");
 
     // An endpoint nobody serves is an error (exit 3), not a silent zero.
     let gone = free_port("tcp");
@@ -527,7 +527,7 @@ fn stats_shows_a_running_diodons_socket_drops() {
         std::thread::sleep(Duration::from_millis(400));
     });
     eprintln!("delta {delta}");
-    let drops = counter(&delta, "receiver_socket", "drops");
+    let drops = counter(&delta, "receiver_socket", "dropped_packets");
     assert!(drops > 0, "an 8 KiB buffer overflows: {delta}");
     // This (host) namespace's kernel counter includes ours.
     assert!(

@@ -118,7 +118,7 @@ fn metrics_are_served_and_move_during_a_transfer() {
     for name in [
         "diodon_receiver_datagrams_total",
         "diodon_receiver_missing_total",
-        "diodon_receiver_socket_drops_total",
+        "diodon_receiver_socket_dropped_packets_total",
         "kernel_udp_in_datagrams_total",
         "kernel_udp_in_errors_total",
         "kernel_udp_rcvbuf_errors_total",

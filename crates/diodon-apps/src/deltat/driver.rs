@@ -38,8 +38,8 @@ use diodon_deltat::{
     Config, ConnHandle, ConnectionError, Endpoint, Error as DtError, NakCode, Stats, WallClock,
 };
 use diodon_io::{
-    open_duplex, unix_time_ms, BatchReceiver, BatchSender, MonotonicClock, ReceiverCounters,
-    SenderCounters, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    is_path_error, open_duplex, unix_time_ms, BatchReceiver, BatchSender, MonotonicClock,
+    ReceiverCounters, SenderCounters, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
 };
 use diodon_sansio::Timestamp;
 
@@ -115,7 +115,9 @@ impl Shared {
             let Some(dest) = t.destination else { continue };
             match tx.send(dest, &buf[..t.size], t.segment_len()) {
                 Ok(_) => {}
-                Err(UdpError::Send { sent, source, .. }) if is_path_error(&source) => {
+                Err(UdpError::Send { sent, source, .. })
+                    if source.raw_os_error().is_some_and(is_path_error) =>
+                {
                     // The peer or the path is in trouble; the core's timers
                     // retransmit what did not leave.
                     *refused += (t.datagram_count() as u64).saturating_sub(sent);
@@ -210,27 +212,6 @@ fn udp_error(e: UdpError) -> io::Error {
         _ => io::ErrorKind::Other,
     };
     io::Error::new(kind, e)
-}
-
-/// A send the kernel refused because of the path, not the socket: an ICMP
-/// error reported on it (peer gone, unreachable) or a datagram larger than
-/// the path MTU. The core's retransmission deals with it.
-fn is_path_error(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ECONNREFUSED
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::EHOSTDOWN
-                | libc::ENETDOWN
-                | libc::EMSGSIZE
-                | libc::EPROTO
-                | libc::ENOPROTOOPT
-                | libc::EACCES
-                | libc::EPERM
-        )
-    )
 }
 
 /// The driver loop: receive (bounded by the next timer), run timers, transmit.

@@ -292,7 +292,9 @@ mod tests {
                     tokens.insert(token, meta.name.clone());
                     names.push(meta.name);
                 }
-                SourceMsg::Data { token, data } => per_token.entry(token).or_default().extend(data),
+                SourceMsg::Data { token, data } | SourceMsg::Records { token, data } => {
+                    per_token.entry(token).or_default().extend(data);
+                }
                 SourceMsg::Finish { .. } | SourceMsg::Abort { .. } => {}
             }
         }

@@ -229,6 +229,27 @@ pub enum UdpError {
     Poll(#[source] io::Error),
 }
 
+/// Whether `errno` is about the path rather than the socket: an ICMP error
+/// reported for something sent earlier (peer gone, host or network
+/// unreachable), or a datagram larger than the path MTU. A receive that
+/// reports one has nothing wrong with it; a send that reports one did not
+/// leave, and a protocol with retransmission can let it go.
+pub fn is_path_error(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ECONNREFUSED
+            | libc::EHOSTUNREACH
+            | libc::ENETUNREACH
+            | libc::EHOSTDOWN
+            | libc::ENETDOWN
+            | libc::EMSGSIZE
+            | libc::EPROTO
+            | libc::ENOPROTOOPT
+            | libc::EACCES
+            | libc::EPERM
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,11 +14,11 @@
 //!          ▼
 //!  ═══════ link ═══════
 //!          ▼
-//!  BatchReceiver::recv_batch ── recvmmsg(64 slots × 64 KiB, MSG_DONTWAIT) / ppoll
+//!  BatchReceiver::recv_into(&mut RecvBuffer) ── recvmmsg(64 slots × 64 KiB, MSG_DONTWAIT) / ppoll
 //!          │  slot: [super-packet] + cmsg UDP_GRO=seg  → split into datagrams
 //!          │        + cmsg SO_RXQ_OVFL=cumulative drops → socket_drops()
 //!          ▼
-//!  RecvBatch iterator: Datagram { src, data }
+//!  RecvBuffer (owned, handed on whole) iterator: Datagram { src, data }
 //! ```
 //!
 //! The socket is non-blocking; waits happen in `ppoll`, so a receive thread
@@ -37,8 +37,8 @@ pub mod send;
 mod sys;
 
 pub use config::{
-    BufferKind, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS, MAX_PAYLOAD_V4,
-    MAX_PAYLOAD_V6, MAX_RECV_SLOTS, MAX_SEND_BATCH,
+    is_path_error, BufferKind, SetupWarning, SocketSetup, UdpConfig, UdpError, MAX_GSO_SEGMENTS,
+    MAX_PAYLOAD_V4, MAX_PAYLOAD_V6, MAX_RECV_SLOTS, MAX_SEND_BATCH,
 };
 pub use duplex::open_duplex;
 pub use recv::{BatchReceiver, Datagram, Datagrams, ReceiverCounters, RecvBuffer};

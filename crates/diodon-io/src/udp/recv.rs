@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::time::Duration;
 
-use super::config::{SocketSetup, UdpConfig, UdpError, MAX_RECV_SLOTS};
+use super::config::{is_path_error, SocketSetup, UdpConfig, UdpError, MAX_RECV_SLOTS};
 use super::sys::{
     from_storage, open_socket, read_error_queue_entry, sys, wait_for, Role, SK_MEMINFO_VARS,
     SO_MEMINFO, SO_RXQ_OVFL, UDP_GRO,
@@ -43,7 +43,7 @@ diodon_counters::counters! {
         gro_packets: counter Count "gro_packets" "Messages that were GRO super-packets (more than one datagram).",
         truncated: counter Count "truncated" "Messages larger than a slot (MSG_TRUNC): not delivered, counted here.",
         control_truncated: counter Count "control_truncated" "Messages whose control data did not fit (MSG_CTRUNC).",
-        socket_drops: counter Count "drops" "Datagrams the kernel dropped on this socket because its buffer was full (SO_RXQ_OVFL).",
+        socket_drops: counter Count "dropped_packets" "Packets the kernel dropped on this socket because its buffer was full (SO_RXQ_OVFL); a GRO/GSO super-packet counts once, however many datagrams it held.",
         error_queue: counter Count "error_queue" "Entries read from the socket error queue after a receive reported an error (ICMP errors on a two-way socket).",
     }
 }
@@ -244,7 +244,7 @@ impl BatchReceiver {
             match err.raw_os_error() {
                 Some(libc::EINTR) => {}
                 Some(libc::EAGAIN) => return Ok(0),
-                Some(e) if is_reported_error(e) => {
+                Some(e) if is_path_error(e) => {
                     // An ICMP error for something this socket sent (a
                     // two-way socket has IP_RECVERR): not about any datagram
                     // waiting here. Empty the queue it sits in and go on.
@@ -341,24 +341,6 @@ fn parse_recv_cmsgs(hdr: &libc::msghdr) -> (Option<usize>, Option<u32>) {
         }
     }
     (segment, drops)
-}
-
-/// Errors a receive call reports on behalf of an earlier send (queued by
-/// `IP_RECVERR`): peer gone, route or path trouble.
-fn is_reported_error(errno: i32) -> bool {
-    matches!(
-        errno,
-        libc::ECONNREFUSED
-            | libc::EHOSTUNREACH
-            | libc::ENETUNREACH
-            | libc::EHOSTDOWN
-            | libc::ENETDOWN
-            | libc::EMSGSIZE
-            | libc::EPROTO
-            | libc::ENOPROTOOPT
-            | libc::EACCES
-            | libc::EPERM
-    )
 }
 
 /// Checks the slot geometry of a receiving socket's configuration.

@@ -96,7 +96,7 @@ impl Program for Diodon {
         Readout {
             missing: Some(core.missing),
             recovered: Some(core.recovered_symbols),
-            socket_drops: Some(summary.socket_counters().drops),
+            socket_drops: Some(summary.socket_counters().dropped_packets),
             app_rcvbuf: Some(summary.rcvbuf as u64),
             corrupt: core.bad_check,
             why: says(&summary).or_else(|| last_line(stderr)),
@@ -134,7 +134,7 @@ mod tests {
 
     /// What `diodon recv --json` prints, with a log line before it.
     const PRINTED: &str = r#"2025-01-01 INFO receiving
-{"side":"recv","sessions":["ab"],"bytes":1,"duration_s":1.0,"goodput_mbps":0.0,"cpu_s":0.1,"invalid":0,"channels_complete":1,"channels_failed":1,"queue_full_waits":0,"rcvbuf":4194304,"mismatches":[],"warnings":[],"channels":[{"session":"ab","channel":1,"name":"a","bytes":1,"location":"/o/a","verdict":"verified","blake3":"00"},{"session":"ab","channel":2,"name":"b","bytes":0,"location":"/q/b","verdict":"failed","reason":"block 37 lost (5 unrecoverable)"}],"core":{"expired":0,"late":3,"missing":12,"recovered_symbols":9,"bad_check":2},"socket":{"datagrams":100,"drops":4},"kernel":{}}
+{"side":"recv","sessions":["ab"],"bytes":1,"duration_s":1.0,"goodput_mbps":0.0,"cpu_s":0.1,"invalid":0,"channels_complete":1,"channels_failed":1,"queue_full_waits":0,"rcvbuf":4194304,"mismatches":[],"warnings":[],"channels":[{"session":"ab","channel":1,"name":"a","bytes":1,"location":"/o/a","verdict":"verified","blake3":"00"},{"session":"ab","channel":2,"name":"b","bytes":0,"location":"/q/b","verdict":"failed","reason":"block 37 lost (5 unrecoverable)"}],"core":{"expired":0,"late":3,"missing":12,"recovered_symbols":9,"bad_check":2},"socket":{"datagrams":100,"dropped_packets":4},"kernel":{}}
 "#;
 
     #[test]

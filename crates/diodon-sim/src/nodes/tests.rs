@@ -78,6 +78,42 @@ fn loss_pattern(node: &mut impl LinkNode, n: u32) -> Vec<bool> {
 }
 
 #[test]
+fn bursts_are_exact_runs_spaced_by_at_least_the_gap() {
+    let seed = Seed::from_env_or(0xB125);
+    let _report = SeedReport::new("bursts_are_exact_runs_spaced_by_at_least_the_gap", &seed);
+    let n = 2_000_000u32;
+    let mut node = Bursts::at_loss(64, 0.01, 2048, seed);
+    let out = offer_many(&mut node, n);
+    let passed: std::collections::HashSet<u32> = out
+        .iter()
+        .map(|(_, d)| u32::from_be_bytes(d[..4].try_into().expect("4 bytes")))
+        .collect();
+    let lost: Vec<bool> = (0..n).map(|i| !passed.contains(&i)).collect();
+    // Every run of losses is exactly 64 long (the last may be cut by the
+    // end of the offer), every gap between runs at least 2048.
+    let mut runs = Vec::new();
+    let mut i = 0usize;
+    while i < lost.len() {
+        let start = i;
+        while i < lost.len() && lost[i] == lost[start] {
+            i += 1;
+        }
+        runs.push((lost[start], i - start, i == lost.len()));
+    }
+    for (is_loss, len, at_end) in &runs[1..] {
+        if *is_loss && !at_end {
+            assert_eq!(*len, 64, "a burst is exactly 64 datagrams");
+        } else if !is_loss && !at_end {
+            assert!(*len >= 2048, "bursts at least 2048 apart, got {len}");
+        }
+    }
+    let (rate, mean, count) = burst_profile(&lost);
+    assert!((rate - 0.01).abs() < 0.001, "loss {rate}");
+    assert!((mean - 64.0).abs() < 1.0, "mean burst {mean}");
+    assert_eq!(count as u64, node.bursts());
+}
+
+#[test]
 fn gilbert_elliott_matches_loss_and_burst_length() {
     let seed = Seed::from_env_or(0x6E);
     let _report = SeedReport::new("gilbert_elliott_matches_loss_and_burst_length", &seed);

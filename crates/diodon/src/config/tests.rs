@@ -1,0 +1,129 @@
+//! Flags and the TOML file agree; merging rules.
+use super::*;
+use crate::args::{Cli, Command, LinkArgs};
+use clap::Parser;
+
+#[test]
+fn toml_matches_flags() {
+    let f: FileConfig = toml::from_str(
+        "rate = \"1gbit\"\nrepair = 20\nkey-file = \"/k\"\nonce = true\nchannels = 2\n",
+    )
+    .unwrap();
+    assert_eq!(f.channels, Some(2));
+    assert_eq!(f.rate.as_deref(), Some("1gbit"));
+    assert_eq!(f.repair, Some(20));
+    assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
+    let link = Link::merge(
+        &LinkArgs {
+            repair: Some(5),
+            ..LinkArgs::default()
+        },
+        &FileConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(link.repair.get(), 5);
+    assert_eq!(link.rate.bps(), 950_000_000);
+}
+
+#[test]
+fn channels_implies_once_and_must_be_positive() {
+    let recv = |args: &[&str]| -> Result<RecvSettings> {
+        let cli = Cli::try_parse_from(
+            [
+                "diodon",
+                "recv",
+                "--listen",
+                "127.0.0.1:7700",
+                "--out",
+                "/o",
+            ]
+            .iter()
+            .chain(args),
+        )?;
+        let Command::Recv(r) = cli.cmd else {
+            panic!("not recv")
+        };
+        r.resolve(&FileConfig::default())
+    };
+    let s = recv(&["--channels", "2"]).unwrap();
+    assert!(s.once);
+    assert_eq!(s.channels, Some(2));
+    let s = recv(&[]).unwrap();
+    assert!(!s.once);
+    assert_eq!(s.channels, None);
+    assert!(recv(&["--channels", "0"]).is_err());
+}
+
+#[test]
+fn quarantine_bounds_come_from_flags_or_the_file() {
+    let recv = |args: &[&str], file: &str| -> Result<RecvSettings> {
+        let cli = Cli::try_parse_from(
+            ["diodon", "recv", "--listen", "127.0.0.1:7700"]
+                .iter()
+                .chain(args),
+        )?;
+        let Command::Recv(r) = cli.cmd else {
+            panic!("not recv")
+        };
+        r.resolve(&toml::from_str(file)?)
+    };
+    let d = recv(&[], "").unwrap().quarantine;
+    assert_eq!(d, QuarantineLimits::default());
+    assert_eq!(d.max_bytes, QuarantineBytes::Auto);
+    assert_eq!(d.max_entries, 1000);
+    let q = recv(
+        &["--quarantine-bytes", "64MiB", "--quarantine-entries", "7"],
+        "",
+    )
+    .unwrap()
+    .quarantine;
+    assert_eq!(q.max_bytes, QuarantineBytes::Bytes(64 << 20));
+    assert_eq!(q.max_entries, 7);
+    let q = recv(&[], "quarantine-bytes = \"5%\"\nquarantine-entries = 9\n")
+        .unwrap()
+        .quarantine;
+    assert_eq!(q.max_bytes, QuarantineBytes::Percent(5));
+    assert_eq!(q.max_entries, 9);
+    let q = recv(&["--quarantine-bytes", "1000"], "quarantine-bytes = 4096\n")
+        .unwrap()
+        .quarantine;
+    assert_eq!(q.max_bytes, QuarantineBytes::Bytes(1000), "the flag wins");
+    assert!(recv(&["--quarantine-bytes", "lots"], "").is_err());
+    assert!(recv(&["--quarantine-entries", "0"], "").is_err());
+    assert!(recv(&[], "quarantine-entries = 0\n").is_err());
+    assert!(recv(&[], "quarantine-bytes = \"200%\"\n").is_err());
+}
+
+#[test]
+fn expected_loss_chooses_the_repair_and_says_so() {
+    let symbol = SymbolSize::new(1418).unwrap();
+    let plan = |args: LinkArgs, toml: &str| {
+        let f: FileConfig = toml::from_str(toml).unwrap();
+        Link::merge(&args, &f).unwrap().repair_plan(symbol).unwrap()
+    };
+    let (r, ppm, note) = plan(LinkArgs::default(), "");
+    assert_eq!((r.get(), ppm, note), (10, 10_000, None), "the defaults");
+    let (r, ppm, note) = plan(LinkArgs::default(), "expected-loss = 5.0\n");
+    assert!(r.get() > 10, "{r:?}");
+    assert_eq!(ppm, 50_000);
+    assert!(note.unwrap().starts_with("expected loss 5 %: repair"));
+    let low = LinkArgs {
+        expected_loss: Some(0.1),
+        ..LinkArgs::default()
+    };
+    let (r, _, _) = plan(low, "");
+    assert!(r.get() < 10, "0.1 % needs less than 10 %: {r:?}");
+    let short = LinkArgs {
+        expected_loss: Some(5.0),
+        repair: Some(5),
+        ..LinkArgs::default()
+    };
+    let (r, _, note) = plan(short, "");
+    assert_eq!(r.get(), 5, "--repair wins");
+    assert!(note.unwrap().contains("--repair 5 is less than"));
+    let bad = LinkArgs {
+        expected_loss: Some(120.0),
+        ..LinkArgs::default()
+    };
+    assert!(Link::merge(&bad, &FileConfig::default()).is_err());
+}

@@ -1,0 +1,98 @@
+//! `diodon tunnel send`: the sending side of the one-way IP tunnel. Flags
+//! and the TOML file become a [`SendJob`] with a TUN source; the far side
+//! is `diodon recv --tun NAME`.
+//!
+//! ```text
+//!  TunnelSendArgs + FileConfig ─► Link ─► SenderConfig (interleave 1, buffer = 2 groups,
+//!                                         short flush) + TunnelSourceOptions (queue sized
+//!                                         in time at the link rate) ─► gateway::run_send
+//! ```
+
+use crate::args::{TunnelArgs, TunnelCommand, TunnelSendArgs};
+use crate::config::{pick, FileConfig, Link};
+use crate::fatal::Fatal;
+use crate::send::{execute, sender_config, socket};
+use crate::stop::stop_flag;
+use anyhow::{anyhow, Context};
+use diodon_apps::gateway::{MetricsOptions, SendInput, SendJob};
+use diodon_apps::report::Exit;
+use diodon_apps::tunnel::{DropPolicy, TunnelSourceOptions};
+use diodon_apps::SendOptions;
+use diodon_io::tun::{Offload, TunConfig};
+use diodon_proto::records::{MAX_RECORD, RECORD_HEADER};
+use std::time::Duration;
+
+/// Runs `diodon tunnel …`.
+pub fn run(args: &TunnelArgs) -> Result<Exit, Fatal> {
+    match &args.cmd {
+        TunnelCommand::Send(a) => send(a),
+    }
+}
+
+fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
+    let file = FileConfig::load(a.link.config.as_deref()).map_err(Fatal::config)?;
+    let mut link = Link::merge(&a.link, &file).map_err(Fatal::config)?;
+    if !link.interleave_given {
+        // Latency: a group of one block is cut (and can leave) soonest.
+        link.interleave = 1;
+    }
+    let to = pick(a.to.as_ref(), file.to.as_ref())
+        .context("--to ADDR is required")
+        .map_err(Fatal::config)?;
+    let tun = pick(a.tun.as_ref(), file.tun.as_ref())
+        .context("--tun NAME is required")
+        .map_err(Fatal::config)?;
+    let policy: DropPolicy = a
+        .drop
+        .clone()
+        .or_else(|| file.drop.clone())
+        .unwrap_or_else(|| "tail".into())
+        .parse()
+        .map_err(|e: String| Fatal::config(anyhow!(e)))?;
+    let mut config = sender_config(&link, to)?;
+    // The core's buffer holds the minimum, two groups: under overload the
+    // queue in front of it, not the core, decides what waits.
+    config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
+    config.flush_delay = Duration::from_millis(a.flush.or(file.flush).unwrap_or(5));
+    config.validate().map_err(|e| Fatal::config(e.into()))?;
+    let queue_ms = a.queue_ms.or(file.queue_ms).unwrap_or(30);
+    let queue_bytes = if link.rate.is_unlimited() {
+        4 << 20
+    } else {
+        usize::try_from(link.rate.bps() / 8 * queue_ms / 1000).unwrap_or(usize::MAX)
+    }
+    .max(64 * 1024);
+    let offload = a.offload || file.offload.unwrap_or(false);
+    let source = TunnelSourceOptions {
+        tun: TunConfig {
+            name: tun,
+            queues: a.tun_queues.or(file.tun_queues).unwrap_or(1).max(1),
+            vnet_hdr: offload,
+            offload: if offload { Offload::ALL } else { Offload::NONE },
+        },
+        mtu: a.tun_mtu.or(file.tun_mtu),
+        txqueuelen: a.txqueuelen.or(file.txqueuelen),
+        queue_bytes,
+        policy,
+        max_packet: (config.block_bytes() - RECORD_HEADER).min(MAX_RECORD),
+        probe: !(a.no_probe || file.no_probe.unwrap_or(false)),
+    };
+    let bind = pick(a.bind.as_ref(), file.bind.as_ref());
+    let job = SendJob {
+        opts: SendOptions {
+            config,
+            dest: to,
+            udp: socket(&link, bind, to, a.no_gso),
+            queue_chunks: 2,
+            linger: Duration::from_millis(750),
+        },
+        input: SendInput::Tunnel(source),
+        metrics: pick(a.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+            addr,
+            peer: to.ip(),
+            device: link.device.clone(),
+        }),
+        stop: stop_flag(),
+    };
+    execute(job, &link)
+}

@@ -1,0 +1,465 @@
+//! The one-way IP tunnel across the software diode of `scripts/testbed.sh`:
+//! an application in the sending namespace sends UDP to an address routed
+//! into the TUN `dtx`; `diodon tunnel send` carries the packets across the
+//! veth (1 % random loss, FEC); `diodon recv --tun drx` writes them into a
+//! TUN in the receiving namespace, whose kernel delivers them to a socket.
+//!
+//! ```text
+//!  NAME-tx: app 10.88.0.1 ─► route 10.99/16 dev dtx ─► diodon tunnel send ═veth (loss)═►
+//!  NAME-rx: diodon recv --tun drx ─► drx (10.99.0.2/32) ─► kernel ─► UDP socket
+//! ```
+//!
+//! Needs root and network namespaces: without them each test prints why and
+//! passes, except under `CI=true`, where it fails. One at a time (a lock).
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(
+    clippy::disallowed_methods,
+    reason = "a test paces and times out on the wall clock"
+)]
+
+use diodon_io::netns;
+use diodon_io::{BatchReceiver, UdpConfig};
+use serde_json::Value;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_diodon");
+static LOCK: Mutex<()> = Mutex::new(());
+
+struct Bed {
+    name: String,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Bed {
+    fn up(args: &[&str]) -> Option<Bed> {
+        let lock = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !diodon_testkit::require_netns("tunnel") {
+            return None;
+        }
+        let bed = Bed {
+            name: format!("dtn{}", std::process::id()),
+            _lock: lock,
+        };
+        let out = bed.script(&[&["up"], args].concat());
+        assert!(
+            out.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(bed)
+    }
+
+    fn script(&self, args: &[&str]) -> Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/testbed.sh");
+        Command::new("bash")
+            .arg(script)
+            .args(args)
+            .env("DIODON_TB", &self.name)
+            .output()
+            .unwrap()
+    }
+
+    fn ns(&self, side: &str) -> String {
+        format!("{}-{side}", self.name)
+    }
+
+    fn spawn(&self, side: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns(side), BIN])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn ip(&self, side: &str, args: &[&str]) {
+        let ns = self.ns(side);
+        diodon_testkit::run(&[&["ip", "-n", ns.as_str()][..], args].concat());
+    }
+
+    /// Waits until interface `dev` exists in `side`.
+    fn wait_dev(&self, side: &str, dev: &str) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let ok = Command::new("ip")
+                .args(["-n", &self.ns(side), "link", "show", dev])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{dev} did not appear in {side}");
+    }
+
+    /// Receiver on `drx`, sender on `dtx`, addresses and routes in place.
+    fn tunnel(&self, send_extra: &[&str]) -> (Child, Child) {
+        let rx = self.spawn(
+            "rx",
+            &[
+                "recv",
+                "--listen",
+                "10.77.0.2:7700",
+                "--tun",
+                "drx",
+                "--json",
+                "--channels",
+                "1",
+                "--rate",
+                "1gbit",
+            ],
+        );
+        self.wait_dev("rx", "drx");
+        let mut args = vec![
+            "tunnel",
+            "send",
+            "--tun",
+            "dtx",
+            "--to",
+            "10.77.0.2:7700",
+            "--json",
+        ];
+        args.extend_from_slice(send_extra);
+        let tx = self.spawn("tx", &args);
+        self.wait_dev("tx", "dtx");
+        std::thread::sleep(Duration::from_millis(300));
+        for (side, dev, local, far) in [
+            ("tx", "dtx", "10.88.0.1/24", "10.99.0.0/16"),
+            ("rx", "drx", "10.99.0.2/32", "10.88.0.0/24"),
+        ] {
+            self.ip(side, &["addr", "add", local, "dev", dev]);
+            self.ip(side, &["route", "add", far, "dev", dev]);
+            self.ip(
+                side,
+                &[
+                    "-6",
+                    "addr",
+                    "add",
+                    if side == "tx" {
+                        "fd88::1/64"
+                    } else {
+                        "fd99::2/128"
+                    },
+                    "dev",
+                    dev,
+                    "nodad",
+                ],
+            );
+            self.ip(
+                side,
+                &[
+                    "-6",
+                    "route",
+                    "add",
+                    if side == "tx" {
+                        "fd99::/64"
+                    } else {
+                        "fd88::/64"
+                    },
+                    "dev",
+                    dev,
+                ],
+            );
+        }
+        self.ip("tx", &["route", "add", "239.0.0.0/8", "dev", "dtx"]);
+        (tx, rx)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = self.script(&["down"]);
+    }
+}
+
+/// SIGTERM (the sender finishes its channel), then collect.
+fn stop(child: Child, what: &str) -> Value {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    finish(child, what)
+}
+
+fn finish(child: Child, what: &str) -> Value {
+    let pid = child.id();
+    let killer = std::thread::spawn(move || {
+        for _ in 0..300 {
+            std::thread::sleep(Duration::from_millis(100));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = killer.join();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "--- {what} (exit {:?}) ---\n{}",
+        out.status.code(),
+        err.lines()
+            .filter(|l| !l.contains(" INFO "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{what}: no JSON summary"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// Payload `i` of a mixed-size flow: 8-byte index, then a pattern.
+fn payload(i: u64) -> Vec<u8> {
+    let len =
+        [8usize, 64, 200, 512, 1000, 1300, 1400, 37][(i % 8) as usize] + (i as usize * 7) % 50;
+    let mut p = i.to_be_bytes().to_vec();
+    p.extend((0..len.saturating_sub(8)).map(|j| (i as usize + j) as u8));
+    p
+}
+
+/// A socket in `ns` bound to `bind`, collecting payloads until `n` came or
+/// the flow has been silent for 3 s.
+fn collector(ns: String, bind: SocketAddr, n: u64) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        netns::enter_current_thread(&ns).unwrap();
+        let mut cfg = UdpConfig::new(bind);
+        cfg.rcvbuf = Some(64 << 20);
+        cfg.gro = false;
+        let mut sock = BatchReceiver::open(&cfg).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut last = Instant::now();
+        while (got.len() as u64) < n && last.elapsed() < Duration::from_secs(3) {
+            let b = sock.recv_batch(Some(Duration::from_millis(100))).unwrap();
+            for d in b {
+                got.push(d.data.to_vec());
+                last = Instant::now();
+            }
+        }
+        got
+    });
+    ready_rx.recv().unwrap();
+    h
+}
+
+/// Sends payloads 0..n from `from` (in `ns`) to `to`, `per_ms` per millisecond.
+fn flood(ns: &str, from: SocketAddr, to: SocketAddr, n: u64, per_ms: u64) {
+    let ns = ns.to_owned();
+    std::thread::spawn(move || {
+        netns::enter_current_thread(&ns).unwrap();
+        let sock = UdpSocket::bind(from).unwrap();
+        let start = Instant::now();
+        for i in 0..n {
+            if per_ms > 0 && i % per_ms == 0 {
+                let due = Duration::from_millis(i / per_ms);
+                if let Some(w) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(w);
+                }
+            }
+            while let Err(e) = sock.send_to(&payload(i), to) {
+                assert!(e.raw_os_error() == Some(105), "send: {e}");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+fn get(v: &Value, path: &[&str]) -> u64 {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
+}
+
+#[test]
+fn a_hundred_thousand_udp_datagrams_cross_the_tunnel_whole_and_in_order() {
+    let Some(bed) = Bed::up(&["--loss", "1"]) else {
+        return;
+    };
+    // A ring and a queue deep enough for a reader that a loaded machine
+    // deschedules for half a second: this test is about what crosses the
+    // diode, the drop points have their own test below.
+    let (tx, rx) = bed.tunnel(&[
+        "--rate",
+        "400mbit",
+        "--repair",
+        "20",
+        "--txqueuelen",
+        "20000",
+        "--queue-ms",
+        "2000",
+    ]);
+    let n = 100_000u64;
+    let sink = collector(bed.ns("rx"), "10.99.0.2:5000".parse().unwrap(), n);
+    flood(
+        &bed.ns("tx"),
+        "10.88.0.1:4000".parse().unwrap(),
+        "10.99.0.2:5000".parse().unwrap(),
+        n,
+        20,
+    );
+    let got = sink.join().unwrap();
+    let sent = stop(tx, "tunnel send");
+    let recv = finish(rx, "recv");
+    let lost = get(&recv, &["core", "missing"]);
+    eprintln!("received {} of {n}; link lost {lost} datagrams", got.len());
+    assert!(lost > 0, "the 1 % loss must have cost datagrams");
+    // The kernel adds a few packets of its own (IPv6 neighbour discovery, MLD).
+    assert!(get(&sent, &["tunnel", "packets"]) >= n);
+    assert_eq!(
+        get(&sent, &["tunnel", "dropped_tail"]) + get(&sent, &["tunnel", "tun_tx_dropped"]),
+        0
+    );
+    assert_eq!(get(&recv, &["tunnel", "blocks_lost"]), 0);
+    assert_eq!(got.len() as u64, n, "every datagram arrived");
+    for (i, p) in got.iter().enumerate() {
+        assert_eq!(
+            *p,
+            payload(i as u64),
+            "datagram {i} differs or is out of order"
+        );
+    }
+}
+
+#[test]
+fn ipv6_and_multicast_cross_the_tunnel() {
+    let Some(bed) = Bed::up(&["--loss", "1"]) else {
+        return;
+    };
+    let (tx, rx) = bed.tunnel(&["--rate", "200mbit"]);
+    let n = 3000u64;
+    let v6 = collector(bed.ns("rx"), "[fd99::2]:5006".parse().unwrap(), n);
+    flood(
+        &bed.ns("tx"),
+        "[fd88::1]:4006".parse().unwrap(),
+        "[fd99::2]:5006".parse().unwrap(),
+        n,
+        10,
+    );
+    let got6 = v6.join().unwrap();
+    // Multicast: a listener joined to 239.1.2.3 on drx.
+    let ns = bed.ns("rx");
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mc = std::thread::spawn(move || {
+        netns::enter_current_thread(&ns).unwrap();
+        let s = UdpSocket::bind("0.0.0.0:5007").unwrap();
+        s.join_multicast_v4(&"239.1.2.3".parse().unwrap(), &"10.99.0.2".parse().unwrap())
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok(k) = s.recv(&mut buf) {
+            got.push(buf[..k].to_vec());
+            if got.len() as u64 == n {
+                break;
+            }
+        }
+        got
+    });
+    ready_rx.recv().unwrap();
+    // One per millisecond: the listener is a plain socket with the stock
+    // receive buffer, which a faster flood overflows on a loaded machine
+    // (the test's own socket dropping, not the tunnel).
+    flood(
+        &bed.ns("tx"),
+        "10.88.0.1:4007".parse().unwrap(),
+        "239.1.2.3:5007".parse().unwrap(),
+        n,
+        1,
+    );
+    let got_mc = mc.join().unwrap();
+    let _ = stop(tx, "tunnel send");
+    let _ = finish(rx, "recv");
+    assert_eq!(got6.len() as u64, n, "IPv6");
+    assert_eq!(got_mc.len() as u64, n, "multicast 239.1.2.3");
+    for (i, (a, b)) in got6.iter().zip(&got_mc).enumerate() {
+        assert_eq!(*a, payload(i as u64));
+        assert_eq!(*b, payload(i as u64));
+    }
+}
+
+#[test]
+fn above_the_link_rate_only_the_queue_drops_and_a_starved_reader_is_counted_by_the_kernel() {
+    let Some(bed) = Bed::up(&[]) else { return };
+    // 20 Mbit/s link, ~100 Mbit/s offered: the queue (drop-head) is the drop point.
+    let (tx, rx) = bed.tunnel(&["--rate", "20mbit", "--drop", "head", "--txqueuelen", "64"]);
+    let n = 20_000u64;
+    let sink = collector(bed.ns("rx"), "10.99.0.2:5000".parse().unwrap(), n);
+    let pid = tx.id().to_string();
+    // Starve the reader for a moment: the kernel drops in the TUN ring.
+    let flood_ns = bed.ns("tx");
+    let f = std::thread::spawn(move || {
+        flood(
+            &flood_ns,
+            "10.88.0.1:4000".parse().unwrap(),
+            "10.99.0.2:5000".parse().unwrap(),
+            n,
+            15,
+        );
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    f.join().unwrap();
+    let got = sink.join().unwrap();
+    let kernel = {
+        let out = Command::new("ip")
+            .args(["-n", &bed.ns("tx"), "-s", "-j", "link", "show", "dtx"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0]["stats64"]["tx"]["dropped"].as_u64().unwrap()
+    };
+    let sent = stop(tx, "tunnel send");
+    let recv = finish(rx, "recv");
+    let t = &sent["tunnel"];
+    let (head, tail, ring) = (
+        get(t, &["dropped_head"]),
+        get(t, &["dropped_tail"]),
+        get(t, &["tun_tx_dropped"]),
+    );
+    eprintln!("offered {n}, received {}, queue drops head {head} tail {tail}, TUN ring drops {ring} (kernel {kernel})", got.len());
+    assert!(head > 0, "the link is slower than the offered load");
+    assert_eq!(tail, 0, "drop-head policy");
+    assert!(
+        ring > 0,
+        "the stopped reader must have let the ring overflow"
+    );
+    assert_eq!(
+        ring, kernel,
+        "the TUN drop counter equals the kernel's tx_dropped"
+    );
+    assert_eq!(
+        get(&recv, &["tunnel", "blocks_lost"]),
+        0,
+        "no loss on the link"
+    );
+    assert_eq!(
+        got.len() as u64 + head + ring,
+        n,
+        "every datagram delivered or counted at a drop point"
+    );
+    // What arrived is in order.
+    let idx: Vec<u64> = got
+        .iter()
+        .map(|p| u64::from_be_bytes(p[..8].try_into().unwrap()))
+        .collect();
+    assert!(idx.windows(2).all(|w| w[0] < w[1]), "in order");
+}
