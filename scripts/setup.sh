@@ -4,7 +4,8 @@
 # and, when run as root, the system tools the software diode uses
 # (iproute2, nftables, ethtool), the trial harness compares against
 # (netcat-openbsd, pydiode in a venv) and the tap's tests use (tcpreplay,
-# tcpdump, softflowd, nfdump, python3-scapy). Idempotent: installs only what is missing.
+# tcpdump, softflowd, nfdump, python3-scapy) and the package's checks use
+# (systemd-analyze, man). Idempotent: installs only what is missing.
 # Source it (`. scripts/setup.sh`) to get cargo on PATH in the calling shell.
 set -euo pipefail
 
@@ -43,6 +44,9 @@ if [[ $(id -u) -eq 0 ]]; then
     command -v nfcapd >/dev/null 2>&1 || missing+=(nfdump)
     command -v bridge >/dev/null 2>&1 || missing+=(iproute2)
     command -v jq >/dev/null 2>&1 || missing+=(jq)
+    # The package's checks: unit verification and the man pages it names.
+    command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+    command -v man >/dev/null 2>&1 || missing+=(man-db)
     /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || missing+=(python3-scapy)
     if ((${#missing[@]})); then
         echo "setup: apt-get install ${missing[*]}" >&2

@@ -15,7 +15,7 @@ pub const DEFAULT_RATE: &str = "950mbit";
 /// Exit codes: 0 every channel verified; 1 a channel failed or was refused;
 /// 2 usage or configuration error; 3 IO error (socket, output directory).
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version = env!("DIODON_VERSION"), about, long_about = None)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, global = true, default_value = "human")]
@@ -40,8 +40,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Send files/directories, stdin (`-`) or TCP connections (`--tcp-listen`).
     Send(SendArgs),
-    /// Receive into a directory (`--out`), stdout (`--stdout`) or a TCP
-    /// destination (`--tcp-connect`).
+    /// Receive into a directory (`--out`), stdout (`--stdout`), a TCP or UDP
+    /// destination, a TUN (`--tun`), or TAP interfaces or pcap files (the tap's packets).
     Recv(RecvArgs),
     /// Delta-t (reliable, needs a return path): send/recv a file, echo.
     Deltat(crate::deltat::DeltatArgs),
@@ -57,6 +57,17 @@ pub enum Command {
     /// The one-way IP tunnel: `tunnel send --tun NAME --to ADDR` (the far
     /// side runs `diodon recv --tun NAME`).
     Tunnel(TunnelArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (diodon.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Output folder (created if missing).
+        dir: PathBuf,
+    },
 }
 
 /// Settings shared by both sides.

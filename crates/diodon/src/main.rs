@@ -5,6 +5,7 @@
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | deltat
 //!              │                                            guard | stats | tap | agent | tunnel
+//!              │                                            completions | man (manual)
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
@@ -20,6 +21,7 @@ mod config;
 mod deltat;
 mod fatal;
 mod guard;
+mod manual;
 mod progress;
 mod recv;
 mod send;
@@ -46,6 +48,8 @@ fn main() -> ExitCode {
         Command::Tap(args) => tap::run(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Tunnel(args) => tunnel::run(&args),
+        Command::Completions { shell } => Ok(manual::completions(shell)),
+        Command::Man { dir } => manual::man_pages(&dir),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
