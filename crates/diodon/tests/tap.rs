@@ -37,28 +37,9 @@ fn lock() -> MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Root, namespaces and the tools; skip (or fail under CI) otherwise.
 fn ready(test: &str, tools: &[&str]) -> bool {
-    if !require_netns(test) {
-        return false;
-    }
-    let missing: Vec<&&str> = tools.iter().filter(|t| !have(t)).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        !diodon_testkit::ci(),
-        "{test}: missing {missing:?} (scripts/setup.sh installs them)"
-    );
-    eprintln!("SKIPPED {test}: missing {missing:?} (scripts/setup.sh installs them)");
-    false
+    require_netns(test) && diodon_testkit::require_tools(test, tools)
 }
 
 fn exec(ns: &str, program: &str) -> Command {
