@@ -5,7 +5,7 @@
 # (iproute2, nftables, ethtool), the trial harness compares against
 # (netcat-openbsd, pydiode in a venv) and the tap's tests use (tcpreplay,
 # tcpdump, softflowd, nfdump, python3-scapy) and the package's checks use
-# (systemd-analyze, man). Idempotent: installs only what is missing.
+# (systemd-analyze, man) and the dashboard's test uses (chromium). Idempotent: installs only what is missing.
 # Source it (`. scripts/setup.sh`) to get cargo on PATH in the calling shell.
 set -euo pipefail
 
@@ -47,6 +47,8 @@ if [[ $(id -u) -eq 0 ]]; then
     # The package's checks: unit verification and the man pages it names.
     command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
     command -v man >/dev/null 2>&1 || missing+=(man-db)
+    # The dashboard's test renders the page in a real headless browser.
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || missing+=(python3-scapy)
     if ((${#missing[@]})); then
         echo "setup: apt-get install ${missing[*]}" >&2

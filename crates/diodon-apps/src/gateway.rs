@@ -27,6 +27,7 @@ use crate::udp_flow::{
     serve_udp, UdpForwardSink, UdpForwardStats, UdpSourceOptions, UdpSourceStats,
 };
 use crate::PipelineError;
+use diodon_counters::CounterSet;
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::UdpSnmp;
 use std::net::{SocketAddr, TcpListener};
@@ -320,6 +321,11 @@ pub fn run_recv(
     };
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
+    summary.link = progress
+        .health
+        .counters(diodon_io::clock::unix_time_ms())
+        .snapshot();
+    summary.alarms = progress.health.status().recent_alarms;
     summary.udp_forward = forward.map(|f| f.snapshot());
     summary.file_sink = file_stats.map(|f| f.snapshot());
     summary.tunnel = tun_stats.map(|t| t.snapshot());

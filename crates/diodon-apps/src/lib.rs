@@ -22,7 +22,7 @@
 //! Modules: [`send`] and [`recv`] (the one-way pipelines), [`deltat`] (the
 //! Delta-t driver and file exchange), [`gateway`] (one run of a side, front
 //! to back), [`report`] (summaries, exit codes), [`link`] (link settings),
-//! [`names`] (channel-name
+//! [`outcome`] (channel keys and verdicts), [`names`] (channel-name
 //! sanitizer), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
@@ -34,7 +34,8 @@
 //! channels put back in order), [`frames_out`] (where delivered frames go:
 //! TAP, pcap, a socket), [`metrics`] (the counters over HTTP: Prometheus and
 //! JSON),
-//! [`guard`] (the nftables one-way guard of a diode host, run through
+//! [`health`] (the receiver's link state and alarms), [`status`] (its
+//! history, channels in flight and last verdicts for `/api/status`), [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
 
@@ -44,10 +45,12 @@ pub mod files;
 pub mod frames_out;
 pub mod gateway;
 pub mod guard;
+pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod names;
 pub mod nft;
+pub mod outcome;
 pub mod packet_sink;
 pub mod quarantine;
 pub mod recv;
@@ -55,6 +58,7 @@ pub mod report;
 pub mod send;
 pub mod sink_error;
 pub mod stats;
+pub mod status;
 pub mod stream;
 pub mod tap;
 pub mod tunnel;

@@ -18,8 +18,14 @@
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
 //! ```
 //!
-//! Only `GET` (and `HEAD`) of `/metrics` and `/counters` are answered; any
-//! other path gets 404 and any other method 405. Metric names and JSON keys
+//! A receiver also serves `/api/status` (JSON: link state and alarms,
+//! throughput and loss per second over the last minutes, channels in
+//! flight, the last verdicts; [`crate::status::StatusDocument`]) and, at
+//! `/`, a dashboard page that shows it: one HTML file embedded in the
+//! binary, no script or style from anywhere else.
+//!
+//! Only `GET` (and `HEAD`) of those paths are answered; any other path gets
+//! 404 and any other method 405. Metric names and JSON keys
 //! are generated from the declarations ([`diodon_counters`]), none is
 //! written here. `diodon stats --diodon ADDR` reads `/counters` back as a
 //! [`Counters`].
@@ -29,6 +35,7 @@ use crate::files::FileSinkStats;
 use crate::packet_sink::PacketSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
+use crate::status::StatusDocument;
 use crate::tap::stats::{RuleHitCounters, TapStats};
 use crate::tunnel::{TunnelSinkStats, TunnelSourceStats};
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
@@ -44,6 +51,10 @@ use std::sync::Arc;
 pub const METRICS_PATH: &str = "/metrics";
 /// The path of the JSON page ([`Counters`]).
 pub const COUNTERS_PATH: &str = "/counters";
+/// Path of the receiver's status document.
+pub const STATUS_PATH: &str = "/api/status";
+/// The dashboard page (embedded).
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// What one side exports.
 #[derive(Debug, Clone)]
@@ -158,9 +169,31 @@ fn respond(
             serde_json::to_string(&counters(source, iface)).unwrap_or_default(),
             "application/json",
         ),
+        (Method::Get | Method::Head, STATUS_PATH | "/") => match source {
+            Source::Recv { progress, .. } if path == STATUS_PATH => text(
+                200,
+                serde_json::to_string(&StatusDocument::of(
+                    &progress.health,
+                    &progress.status,
+                    diodon_io::clock::unix_time_ms(),
+                ))
+                .unwrap_or_default(),
+                "application/json",
+            ),
+            Source::Recv { .. } => text(200, DASHBOARD.into(), "text/html; charset=utf-8"),
+            _ => text(
+                404,
+                "not found: the status and the dashboard are served by diodon recv; \
+                 here: /metrics (Prometheus) and /counters (JSON)\n"
+                    .into(),
+                "text/plain; charset=utf-8",
+            ),
+        },
         (Method::Get | Method::Head, _) => text(
             404,
-            "not found: metrics are at /metrics (Prometheus) and /counters (JSON)\n".into(),
+            "not found: metrics are at /metrics (Prometheus) and /counters (JSON); \
+             a receiver's status at /api/status and its dashboard at /\n"
+                .into(),
             "text/plain; charset=utf-8",
         ),
         _ => text(
@@ -299,6 +332,10 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 .unwrap_or_default();
             own(out, &core);
             own(out, &progress.socket());
+            own(
+                out,
+                &progress.health.counters(diodon_io::clock::unix_time_ms()),
+            );
             if let Some(u) = udp {
                 own(out, &u.snapshot());
             }

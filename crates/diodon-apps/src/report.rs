@@ -41,6 +41,8 @@ pub enum Exit {
     Config,
     /// 3: IO error (socket, output directory, a thread).
     Io,
+    /// 4: `recv --timeout`: no valid datagram arrived in time.
+    NothingArrived,
     /// 130: stopped by a signal before the end (the shell's 128 + SIGINT).
     Interrupted,
 }
@@ -53,6 +55,7 @@ impl Exit {
             Exit::ChannelFailed => 1,
             Exit::Config => 2,
             Exit::Io => 3,
+            Exit::NothingArrived => 4,
             Exit::Interrupted => 130,
         }
     }
@@ -305,6 +308,15 @@ pub struct RecvSummary {
     /// The same per agent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packet_agents: Vec<PacketAgent>,
+    /// `--timeout` passed without a valid datagram.
+    #[serde(default)]
+    pub nothing_arrived: bool,
+    /// The link's alarm counters over the run.
+    #[serde(default)]
+    pub link: Snapshot,
+    /// The most recent alarms (at most [`crate::health::RECENT_ALARMS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<crate::health::Alarm>,
 }
 
 impl RecvSummary {
@@ -343,6 +355,9 @@ impl RecvSummary {
             file_sink: None,
             packet_sink: None,
             packet_agents: Vec::new(),
+            nothing_arrived: r.nothing_arrived,
+            link: Snapshot::default(),
+            alarms: Vec::new(),
         }
     }
 
@@ -370,10 +385,29 @@ impl RecvSummary {
     /// How the process should exit. With `once`, a run that saw no channel
     /// at all delivered nothing and fails.
     pub fn exit(&self, once: bool) -> Exit {
-        if self.channels_failed > 0 || (self.channels.is_empty() && once) {
+        if self.nothing_arrived {
+            Exit::NothingArrived
+        } else if self.channels_failed > 0 || (self.channels.is_empty() && once) {
             Exit::ChannelFailed
         } else {
             Exit::Success
+        }
+    }
+
+    /// The link's lines of [`RecvSummary::text`]: nothing arrived, alarms.
+    fn link_text(&self, s: &mut String) {
+        if self.nothing_arrived {
+            let _ = writeln!(s, "  nothing arrived: no valid datagram before --timeout");
+        }
+        let alarms: Vec<String> = self
+            .link
+            .0
+            .iter()
+            .filter(|(k, v)| k.starts_with("alarms_") && **v > 0)
+            .map(|(k, v)| format!("{} {v}", k.trim_start_matches("alarms_").replace('_', " ")))
+            .collect();
+        if !alarms.is_empty() {
+            let _ = writeln!(s, "  alarms: {}", alarms.join(", "));
         }
     }
 
@@ -400,6 +434,7 @@ impl RecvSummary {
         let (c, io, k) = (&self.core, &self.socket, &self.kernel);
         let mut s = String::new();
         let _ = writeln!(s, "diodon recv: sessions {}", self.sessions.join(", "));
+        self.link_text(&mut s);
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
         }
@@ -554,10 +589,11 @@ mod tests {
                 Exit::ChannelFailed,
                 Exit::Config,
                 Exit::Io,
+                Exit::NothingArrived,
                 Exit::Interrupted
             ]
             .map(Exit::code),
-            [0, 1, 2, 3, 130]
+            [0, 1, 2, 3, 4, 130]
         );
     }
 
@@ -578,6 +614,7 @@ mod tests {
             duration: Duration::from_secs(1),
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),
+            nothing_arrived: false,
         };
         let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
         let json = serde_json::to_string(&s).expect("serialises");

@@ -13,7 +13,8 @@ pub const DEFAULT_RATE: &str = "950mbit";
 /// diodon: send files, a pipe or TCP streams across a one-way link (data diode).
 ///
 /// Exit codes: 0 every channel verified; 1 a channel failed or was refused;
-/// 2 usage or configuration error; 3 IO error (socket, output directory).
+/// 2 usage or configuration error; 3 IO error (socket, output directory);
+/// 4 nothing arrived before `recv --timeout`.
 #[derive(Debug, Parser)]
 #[command(version = env!("DIODON_VERSION"), about, long_about = None)]
 pub struct Cli {
@@ -199,6 +200,15 @@ pub struct RecvArgs {
     /// failed, without waiting for the link to fall silent. Implies --once.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub channels: Option<u64>,
+    /// Give up with exit code 4 when no valid datagram arrived within this
+    /// many seconds of the start (a script's `--once` then never waits forever).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Raise the "link silent" alarm (a WARN line, `diodon_link_up` 0) after
+    /// this many seconds without a valid datagram; the sender beacons every
+    /// 250 ms while it runs. Default 5.
+    #[arg(long, value_name = "SECS")]
+    pub alarm_silence: Option<f64>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,

@@ -41,6 +41,8 @@ pub struct FileConfig {
     out: Option<PathBuf>,
     stdout: Option<bool>,
     once: Option<bool>,
+    timeout: Option<f64>,
+    alarm_silence: Option<f64>,
     channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
@@ -282,6 +284,8 @@ pub struct RecvSettings {
     pub tcp_connect: Option<SocketAddr>,
     pub once: bool,
     pub channels: Option<u64>,
+    pub timeout: Option<Duration>,
+    pub alarm_silence: Duration,
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
@@ -305,8 +309,25 @@ impl RecvArgs {
         if max_entries == 0 {
             bail!("quarantine-entries must be at least 1 (each failed file leaves a record)");
         }
+        let seconds = |what: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow!("{what} must be a positive number of seconds, not {v}"))
+        };
+        let timeout = self
+            .timeout
+            .or(f.timeout)
+            .map(|v| seconds("timeout", v))
+            .transpose()?;
+        let alarm_silence = seconds(
+            "alarm-silence",
+            self.alarm_silence.or(f.alarm_silence).unwrap_or(5.0),
+        )?;
         Ok(RecvSettings {
             listen,
+            timeout,
+            alarm_silence,
             out: pick(self.out.as_ref(), f.out.as_ref()),
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),

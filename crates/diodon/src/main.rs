@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Exit codes ([`diodon_apps::report::Exit`]): 0 every channel verified; 1 a
-//! channel failed or was refused; 2 usage or configuration error; 3 IO error.
+//! channel failed or was refused; 2 usage or configuration error; 3 IO error;
+//! 4 nothing arrived before `recv --timeout`.
 //!
 //! The measuring lab (the trial harness, its plots) is its own binary,
 //! `diodon-lab`: this one links none of it.

@@ -103,6 +103,8 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             event_queue: 256,
             once: s.once,
             expect_channels: s.channels,
+            silence_alarm: s.alarm_silence,
+            give_up_after: s.timeout,
         },
         output,
         metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
