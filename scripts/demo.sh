@@ -5,14 +5,18 @@
 #   → diodon send (tx namespace, paced, FEC) → summaries, BLAKE3 verdict,
 #   sha256sum of input and output, enforcement counters → testbed down
 #
-# Usage: scripts/demo.sh            (as root)
+# Usage: scripts/demo.sh            (as root, or through sudo, which it asks for)
 # Environment: SIZE_MB (100), RATE (1gbit), REPAIR (10), MTU (1500), LOSS (% random
 # loss on the link, default none), DIODON_TB (testbed name, default "demo"),
 # CARGO_TARGET_DIR (default target). Exits non-zero if anything failed.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-[[ $(id -u) -eq 0 ]] || { echo "demo: must run as root (network namespaces)" >&2; exit 1; }
+if [[ $(id -u) -ne 0 ]]; then
+    # Network namespaces need root: ask sudo when there is one.
+    command -v sudo >/dev/null 2>&1 || { echo "demo: must run as root (network namespaces); there is no sudo here" >&2; exit 1; }
+    exec sudo --preserve-env=SIZE_MB,RATE,REPAIR,MTU,LOSS,DIODON_TB,CARGO_TARGET_DIR "$0" "$@"
+fi
 export DIODON_TB=${DIODON_TB:-demo}
 SIZE_MB=${SIZE_MB:-100}
 RATE=${RATE:-1gbit}

@@ -8,7 +8,7 @@
 //!          ─► core thread (run_sender) ─► UDP ─► SendSummary
 //!  sync    ─► sync::run_sync (scanner, scheduler, readers, core) ─► SyncSummary
 //!  RecvJob ─► run_receiver (net / decoder / writer threads) ─► Sink
-//!          (files | stdout | TCP | UDP forward | TUN) ─► RecvSummary
+//!          (files | stdout | TCP | UDP forward | TUN | tap packets) ─► RecvSummary
 //!          (files: the sink's counters, quarantine and full disk, in both)
 //!  both:   --metrics thread (metrics::serve), kernel UDP MIB before/after,
 //!          process CPU seconds; watch(&progress) every 100 ms meanwhile
@@ -16,6 +16,7 @@
 
 use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
 use crate::metrics::{self, MetricsError};
+use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
 use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
 use crate::send::{run_sender, SendOptions, SendProgress};
@@ -28,6 +29,7 @@ use crate::udp_flow::{
     serve_udp, UdpForwardSink, UdpForwardStats, UdpSourceOptions, UdpSourceStats,
 };
 use crate::PipelineError;
+use diodon_counters::CounterSet;
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::UdpSnmp;
 use std::net::{SocketAddr, TcpListener};
@@ -256,6 +258,8 @@ pub enum RecvOutput {
         /// MTU to set (none: leave it).
         mtu: Option<u32>,
     },
+    /// The tap's packet channels, per agent to a TAP interface or pcap files.
+    Packets(PacketOutput),
 }
 
 /// Everything one `diodon recv` run needs.
@@ -289,12 +293,15 @@ pub fn run_recv(
         matches!(output, RecvOutput::Dir { .. }).then(|| Arc::new(FileSinkStats::default()));
     let tun_stats =
         matches!(output, RecvOutput::Tun { .. }).then(|| Arc::new(TunnelSinkStats::default()));
+    let packet_stats =
+        matches!(output, RecvOutput::Packets(_)).then(|| Arc::new(PacketSinkStats::default()));
     if let Some(m) = metrics {
         let source = metrics::Source::Recv {
             progress: Arc::clone(&progress),
             udp: forward.clone(),
             files: file_stats.clone(),
             tunnel: tun_stats.clone(),
+            packets: packet_stats.clone(),
         };
         metrics::serve(m.addr, source, m.peer, m.device)?;
     }
@@ -330,13 +337,44 @@ pub fn run_recv(
                 &mut watch,
             )?
         }
+        RecvOutput::Packets(out) => {
+            let stats = packet_stats.clone().unwrap_or_default();
+            receive(
+                &opts,
+                PacketSink::new(out, stats),
+                &progress,
+                &stop,
+                &mut watch,
+            )?
+        }
     };
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
     let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
+    summary.link = progress
+        .health
+        .counters(diodon_io::clock::unix_time_ms())
+        .snapshot();
+    summary.alarms = progress.health.status().recent_alarms;
     summary.udp_forward = forward.map(|f| f.snapshot());
     summary.mirror = file_stats.as_ref().map(|f| f.mirror.snapshot());
     summary.file_sink = file_stats.map(|f| f.snapshot());
     summary.tunnel = tun_stats.map(|t| t.snapshot());
+    if let Some(p) = packet_stats {
+        summary.packet_sink = Some(p.snapshot());
+        summary.packet_agents = p
+            .agents
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(&agent, &(delivered, lost))| crate::report::PacketAgent {
+                        agent,
+                        delivered,
+                        lost,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
     Ok(summary)
 }
 

@@ -22,7 +22,7 @@
 //! Modules: [`send`] and [`recv`] (the one-way pipelines), [`deltat`] (the
 //! Delta-t driver and file exchange), [`gateway`] (one run of a side, front
 //! to back), [`report`] (summaries, exit codes), [`link`] (link settings),
-//! [`names`] (channel-name
+//! [`outcome`] (channel keys and verdicts), [`names`] (channel-name
 //! sanitizer), [`outdir`] (directories under the output folder, never
 //! through a symlink), [`sink_error`] (why a sink refuses or gives up a channel),
 //! [`files`] (file source and the staging/verify/rename sink),
@@ -32,29 +32,43 @@
 //! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
 //! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`]
 //! (UDP flows as datagram channels), [`tunnel`] (the one-way IP tunnel: TUN
-//! in, TUN out), [`metrics`] (the counters over HTTP: Prometheus and JSON),
-//! [`guard`] (the nftables one-way guard of a diode host, run through
+//! in, TUN out),
+//! [`tap`] (mirrored traffic: capture, ACL filter, flow-preserving spread
+//! over agents, encapsulated or across the diode), [`agent`] (a tap's far
+//! end on its local segment), [`packet_sink`] (the receiver's packet
+//! channels put back in order), [`frames_out`] (where delivered frames go:
+//! TAP, pcap, a socket), [`metrics`] (the counters over HTTP: Prometheus and
+//! JSON),
+//! [`health`] (the receiver's link state and alarms), [`status`] (its
+//! history, channels in flight and last verdicts for `/api/status`), [`guard`] (the nftables one-way guard of a diode host, run through
 //! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
 
+pub mod agent;
 pub mod deltat;
 pub mod files;
+pub mod frames_out;
 pub mod gateway;
 pub mod guard;
+pub mod health;
 pub mod link;
 pub mod metrics;
 pub mod mirror;
 pub mod names;
 pub mod nft;
+pub mod outcome;
 pub mod outdir;
+pub mod packet_sink;
 pub mod quarantine;
 pub mod recv;
 pub mod report;
 pub mod send;
 pub mod sink_error;
 pub mod stats;
+pub mod status;
 pub mod stream;
 pub mod sync;
+pub mod tap;
 pub mod tunnel;
 pub mod udp_flow;
 

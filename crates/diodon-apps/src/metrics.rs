@@ -10,20 +10,33 @@
 //!     socket      SenderCounters / RecvSocketCounters (SO_RXQ_OVFL drops)
 //!     flows       UdpSourceCounters / UdpForwardCounters
 //!     files       FileSinkCounters (full disk, quarantine evictions and levels)
+//!     packets     PacketSinkCounters (tap channels: delivered, lost, late)
+//!     tap         TapCounters, TapAgentCounters{agent=…}, RuleHitCounters{line=…,action=…}
+//!     agent       AgentCounters (decapsulated, passed, delivered, ring and output drops)
 //!     kernel      kernel_udp_* (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
 //!     link        kernel_link_*{interface=…} (sysfs, every interface of the netns)
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
 //! ```
 //!
-//! Only `GET` (and `HEAD`) of `/metrics` and `/counters` are answered; any
-//! other path gets 404 and any other method 405. Metric names and JSON keys
+//! A receiver also serves `/api/status` (JSON: link state and alarms,
+//! throughput and loss per second over the last minutes, channels in
+//! flight, the last verdicts; [`crate::status::StatusDocument`]) and, at
+//! `/`, a dashboard page that shows it: one HTML file embedded in the
+//! binary, no script or style from anywhere else.
+//!
+//! Only `GET` (and `HEAD`) of those paths are answered; any other path gets
+//! 404 and any other method 405. Metric names and JSON keys
 //! are generated from the declarations ([`diodon_counters`]), none is
 //! written here. `diodon stats --diodon ADDR` reads `/counters` back as a
 //! [`Counters`].
 
+use crate::agent::AgentStats;
 use crate::files::FileSinkStats;
+use crate::packet_sink::PacketSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
+use crate::status::StatusDocument;
+use crate::tap::stats::{RuleHitCounters, TapStats};
 use crate::tunnel::{TunnelSinkStats, TunnelSourceStats};
 use crate::udp_flow::{UdpForwardStats, UdpSourceStats};
 use diodon_counters::prometheus::{Page, CONTENT_TYPE};
@@ -38,6 +51,10 @@ use std::sync::Arc;
 pub const METRICS_PATH: &str = "/metrics";
 /// The path of the JSON page ([`Counters`]).
 pub const COUNTERS_PATH: &str = "/counters";
+/// Path of the receiver's status document.
+pub const STATUS_PATH: &str = "/api/status";
+/// The dashboard page (embedded).
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// What one side exports.
 #[derive(Debug, Clone)]
@@ -63,6 +80,20 @@ pub enum Source {
         files: Option<Arc<FileSinkStats>>,
         /// The TUN sink, if any.
         tunnel: Option<Arc<TunnelSinkStats>>,
+        /// The packet sink (tap channels), if any.
+        packets: Option<Arc<PacketSinkStats>>,
+    },
+    /// `diodon tap`.
+    Tap {
+        /// The tap's counters.
+        stats: Arc<TapStats>,
+        /// The one-way sender's, when going across the diode.
+        progress: Option<Arc<SendProgress>>,
+    },
+    /// `diodon agent`.
+    Agent {
+        /// The agent's counters.
+        stats: Arc<AgentStats>,
     },
 }
 
@@ -140,9 +171,31 @@ fn respond(
             serde_json::to_string(&counters(source, iface)).unwrap_or_default(),
             "application/json",
         ),
+        (Method::Get | Method::Head, STATUS_PATH | "/") => match source {
+            Source::Recv { progress, .. } if path == STATUS_PATH => text(
+                200,
+                serde_json::to_string(&StatusDocument::of(
+                    &progress.health,
+                    &progress.status,
+                    diodon_io::clock::unix_time_ms(),
+                ))
+                .unwrap_or_default(),
+                "application/json",
+            ),
+            Source::Recv { .. } => text(200, DASHBOARD.into(), "text/html; charset=utf-8"),
+            _ => text(
+                404,
+                "not found: the status and the dashboard are served by diodon recv; \
+                 here: /metrics (Prometheus) and /counters (JSON)\n"
+                    .into(),
+                "text/plain; charset=utf-8",
+            ),
+        },
         (Method::Get | Method::Head, _) => text(
             404,
-            "not found: metrics are at /metrics (Prometheus) and /counters (JSON)\n".into(),
+            "not found: metrics are at /metrics (Prometheus) and /counters (JSON); \
+             a receiver's status at /api/status and its dashboard at /\n"
+                .into(),
             "text/plain; charset=utf-8",
         ),
         _ => text(
@@ -159,8 +212,13 @@ fn respond(
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
     /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
-    /// `file_sink`, `tunnel_source`, `tunnel_sink`).
+    /// `file_sink`, `tunnel_source`, `tunnel_sink`, `packet_sink`, `tap`,
+    /// `agent`).
     pub diodon: BTreeMap<String, Snapshot>,
+    /// Diodon's sets that carry labels, by `subsystem{label=value,…}`
+    /// (the tap's per-agent and per-rule counters).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labeled: BTreeMap<String, Snapshot>,
     /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
     pub kernel: BTreeMap<String, Snapshot>,
     /// Link statistics (`LinkStats`) by interface.
@@ -173,6 +231,8 @@ pub struct Counters {
 pub trait Exporter {
     /// One counter set under `subsystem`, of one interface when `interface` is given.
     fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>);
+    /// One counter set under `subsystem` with labels (one agent, one rule).
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]);
     /// The interface that carries the link.
     fn interface_in_use(&mut self, interface: &str);
 }
@@ -183,6 +243,10 @@ impl Exporter for Page {
             Some(i) => self.add_as(set, subsystem, &[("interface", i)]),
             None => self.add_as(set, subsystem, &[]),
         }
+    }
+
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]) {
+        self.add_as(set, subsystem, labels);
     }
 
     fn interface_in_use(&mut self, interface: &str) {
@@ -203,6 +267,12 @@ impl Exporter for Counters {
             None => (&mut self.kernel, subsystem),
         };
         map.insert(key.to_owned(), set.snapshot());
+    }
+
+    fn labeled<C: CounterSet>(&mut self, set: &C, subsystem: &str, labels: &[(&str, &str)]) {
+        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        self.labeled
+            .insert(format!("{subsystem}{{{}}}", l.join(",")), set.snapshot());
     }
 
     fn interface_in_use(&mut self, interface: &str) {
@@ -259,6 +329,7 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             udp,
             files,
             tunnel,
+            packets,
         } => {
             let core = progress
                 .snapshot
@@ -267,6 +338,10 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 .unwrap_or_default();
             own(out, &core);
             own(out, &progress.socket());
+            own(
+                out,
+                &progress.health.counters(diodon_io::clock::unix_time_ms()),
+            );
             if let Some(u) = udp {
                 own(out, &u.snapshot());
             }
@@ -277,7 +352,28 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(t) = tunnel {
                 own(out, &t.snapshot());
             }
+            if let Some(p) = packets {
+                own(out, &p.snapshot());
+            }
         }
+        Source::Tap { stats, progress } => {
+            own(out, &stats.snapshot());
+            for (i, a) in stats.agents.iter().enumerate() {
+                let i = i.to_string();
+                out.labeled(&a.snapshot(), "tap_agent", &[("agent", &i)]);
+            }
+            for h in stats.rule_hits() {
+                let line = h.line.to_string();
+                let set = RuleHitCounters { frames: h.frames };
+                out.labeled(&set, "tap_rule", &[("line", &line), ("action", &h.action)]);
+            }
+            if let Some(p) = progress {
+                let (core, socket) = p.snapshot.lock().map(|g| g.clone()).unwrap_or_default();
+                own(out, &core);
+                own(out, &socket);
+            }
+        }
+        Source::Agent { stats } => own(out, &stats.snapshot()),
     }
     kernel(out, iface);
 }
@@ -342,6 +438,7 @@ mod tests {
             udp: None,
             tunnel: None,
             files: Some(files),
+            packets: None,
         };
         let addr = serve(
             "127.0.0.1:0".parse().expect("test"),
@@ -368,7 +465,7 @@ mod tests {
         assert_eq!(c.interface.as_deref(), Some("lo"));
         // Every sample of the page is a value of the JSON, and the other way round.
         let samples = diodon_counters::prometheus::parse(&page).len();
-        let values: usize = [&c.diodon, &c.kernel, &c.link]
+        let values: usize = [&c.diodon, &c.labeled, &c.kernel, &c.link]
             .iter()
             .flat_map(|m| m.values())
             .map(|s| s.0.len())

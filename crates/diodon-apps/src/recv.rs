@@ -22,33 +22,22 @@
 //! channel in the core (`reject_channel`); the failure then flows to the
 //! sink like any other verdict (quarantine, reset connection).
 
+use crate::health::{self, HealthMonitor, LinkHealth};
+pub use crate::outcome::{ChannelKey, ChannelOutcome, Verdict};
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
+use crate::status::StatusBoard;
 use crate::PipelineError;
+use diodon_io::clock::unix_time_ms;
 use diodon_io::{BatchReceiver, MonotonicClock, RecvBuffer, SetupWarning, UdpConfig};
 use diodon_proto::{
-    ChannelId, ChannelMeta, Event, FailReason, Receiver, ReceiverConfig, ReceiverStats, SessionId,
-    Timestamp,
+    ChannelId, ChannelMeta, Event, FailReason, Integrity, Receiver, ReceiverConfig, ReceiverStats,
+    SessionId, Timestamp,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
-
-/// A channel across sessions (channel ids restart with each sender session).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChannelKey {
-    /// Session.
-    pub session: SessionId,
-    /// Channel within it.
-    pub channel: ChannelId,
-}
-
-impl std::fmt::Display for ChannelKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.session, self.channel)
-    }
-}
 
 /// What the writer thread's sink gets, in channel order.
 #[derive(Debug)]
@@ -118,60 +107,6 @@ pub struct SinkError {
     pub why: SinkFailure,
 }
 
-/// The final word on a channel.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
-    /// Delivered and verified.
-    Verified {
-        /// BLAKE3, hex.
-        blake3: String,
-    },
-    /// Failed.
-    Failed {
-        /// Why.
-        reason: String,
-    },
-}
-
-/// One channel's outcome as the sink saw it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ChannelOutcome {
-    /// Session id, hex.
-    pub session: String,
-    /// Channel id.
-    pub channel: u32,
-    /// Name as announced (possibly hostile; display only).
-    pub name: String,
-    /// Bytes written.
-    pub bytes: u64,
-    /// Where it ended up (final path, quarantine path, destination).
-    pub location: String,
-    /// Verdict.
-    #[serde(flatten)]
-    pub verdict: Verdict,
-}
-
-impl ChannelOutcome {
-    /// The outcome of channel `key`, delivered to `location`.
-    pub fn new(
-        key: ChannelKey,
-        name: String,
-        bytes: u64,
-        location: &str,
-        verdict: Verdict,
-    ) -> Self {
-        ChannelOutcome {
-            session: key.session.to_string(),
-            channel: key.channel.0,
-            name,
-            bytes,
-            location: location.to_owned(),
-            verdict,
-        }
-    }
-}
-
 /// Where channel bytes go; runs on the writer thread.
 pub trait Sink: Send + 'static {
     /// Decides on the decoder thread whether a channel is acceptable (names,
@@ -218,6 +153,11 @@ pub struct RecvOptions {
     /// Return as soon as this many channels are decided, without waiting
     /// for the link to fall silent (the caller knows how many to expect).
     pub expect_channels: Option<u64>,
+    /// Raise the link-silent alarm after this long without a valid datagram.
+    pub silence_alarm: Duration,
+    /// Give up when no valid datagram arrived this long after the start
+    /// ([`RecvReport::nothing_arrived`]).
+    pub give_up_after: Option<Duration>,
 }
 
 diodon_counters::counters! {
@@ -250,6 +190,10 @@ pub struct RecvProgress {
     pub current_size: AtomicU64,
     /// The core's counters, refreshed about every 100 ms (for exporters).
     pub snapshot: Mutex<ReceiverStats>,
+    /// The link's state and alarms.
+    pub health: LinkHealth,
+    /// History, channels in flight and the last decided (`/api/status`).
+    pub status: StatusBoard,
 }
 
 impl RecvProgress {
@@ -287,6 +231,8 @@ pub struct RecvReport {
     pub sessions: Vec<String>,
     /// Configuration mismatches reported by the core.
     pub mismatches: Vec<String>,
+    /// `give_up_after` passed without a valid datagram.
+    pub nothing_arrived: bool,
 }
 
 impl RecvReport {
@@ -378,24 +324,7 @@ pub fn run_receiver<S: Sink>(
         .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress))
         .map_err(|_| PipelineError::Thread("writer"))?;
 
-    let mut dec = Decoder {
-        core: Receiver::new(opts.config.clone(), clock.now()),
-        clock,
-        session: None,
-        ev_tx,
-        sessions: Vec::new(),
-        mismatches: Vec::new(),
-        seen_channels: 0,
-        decided: 0,
-        silent: false,
-        first: None,
-        last_verdict: None,
-        last_now: Timestamp::ZERO,
-        published: Timestamp::ZERO,
-        drops: 0,
-        progress: Arc::clone(progress),
-        admit: S::admit,
-    };
+    let mut dec = Decoder::new(opts, clock, ev_tx, progress, S::admit);
     let result = dec.run(
         opts.once,
         opts.expect_channels,
@@ -417,6 +346,7 @@ pub fn run_receiver<S: Sink>(
         first,
         last_verdict,
         drops,
+        nothing_arrived,
         ..
     } = dec;
     drop(ev_tx);
@@ -439,6 +369,7 @@ pub fn run_receiver<S: Sink>(
         },
         sessions,
         mismatches,
+        nothing_arrived,
     })
 }
 
@@ -515,6 +446,7 @@ fn writer_loop<S: Sink>(
                         tracing::error!(name = %outcome.name, location = %outcome.location, "channel failed: {reason}");
                     }
                 }
+                progress.status.decided(&outcome, unix_time_ms());
                 if outcomes.len() < REPORT_CHANNELS {
                     outcomes.push(outcome);
                 } else {
@@ -553,12 +485,57 @@ struct Decoder {
     drops: u64,
     progress: Arc<RecvProgress>,
     admit: fn(&ChannelMeta) -> Result<(), Refusal>,
+    monitor: HealthMonitor,
+    started: Timestamp,
+    sampled: Timestamp,
+    give_up_after: Option<Duration>,
+    nothing_arrived: bool,
 }
 
 /// The writer thread stopped (it only does when its queue closes).
 struct WriterGone;
 
 impl Decoder {
+    fn new(
+        opts: &RecvOptions,
+        clock: MonotonicClock,
+        ev_tx: SyncSender<SinkEvent>,
+        progress: &Arc<RecvProgress>,
+        admit: fn(&ChannelMeta) -> Result<(), Refusal>,
+    ) -> Self {
+        let start = clock.now();
+        let monitor = HealthMonitor::new(
+            &progress.health,
+            opts.silence_alarm,
+            matches!(opts.config.integrity, Integrity::Keyed(_)),
+            start,
+            unix_time_ms(),
+        );
+        Decoder {
+            core: Receiver::new(opts.config.clone(), start),
+            clock,
+            session: None,
+            ev_tx,
+            sessions: Vec::new(),
+            mismatches: Vec::new(),
+            seen_channels: 0,
+            decided: 0,
+            silent: false,
+            first: None,
+            last_verdict: None,
+            last_now: Timestamp::ZERO,
+            published: Timestamp::ZERO,
+            drops: 0,
+            progress: Arc::clone(progress),
+            admit,
+            monitor,
+            started: start,
+            sampled: start,
+            give_up_after: opts.give_up_after,
+            nothing_arrived: false,
+        }
+    }
+
     fn run(
         &mut self,
         once: bool,
@@ -619,6 +596,25 @@ impl Decoder {
             if self.drain().is_err() {
                 return Ok(());
             }
+            let stats = self.core.stats();
+            let wall = unix_time_ms();
+            self.monitor
+                .observe(&self.progress.health, core_now, wall, &stats);
+            if core_now.saturating_duration_since(self.sampled) >= Duration::from_secs(1) {
+                self.sampled = core_now;
+                let drops = self.progress.socket_drops.load(Ordering::Relaxed);
+                self.progress.status.sample(wall, &stats, drops);
+            }
+            if let Some(limit) = self.give_up_after.filter(|&d| {
+                stats.accepted == 0 && core_now.saturating_duration_since(self.started) >= d
+            }) {
+                tracing::warn!(
+                    "nothing arrived: no valid datagram within {:.1} s (--timeout)",
+                    limit.as_secs_f64()
+                );
+                self.nothing_arrived = true;
+                return Ok(());
+            }
             if core_now.saturating_duration_since(self.published) >= Duration::from_millis(100) {
                 self.published = core_now;
                 if let Ok(mut snap) = self.progress.snapshot.lock() {
@@ -655,16 +651,41 @@ impl Decoder {
         self.ev_tx.send(ev).map_err(|_| WriterGone)
     }
 
+    /// A channel's open: admitted (to the sink) or refused (failed in the core).
+    fn opened(&mut self, channel: ChannelId, meta: ChannelMeta) -> Result<(), WriterGone> {
+        let key = self.key(channel);
+        self.seen_channels += 1;
+        self.progress
+            .current_size
+            .store(meta.size.unwrap_or(0), Ordering::Relaxed);
+        match (self.admit)(&meta) {
+            Ok(()) => {
+                tracing::info!(%key, name = %meta.name.escape_debug(), size = ?meta.size, "channel opened");
+                self.progress
+                    .status
+                    .opened(key, &meta.name, meta.size, unix_time_ms());
+                self.forward(SinkEvent::Opened { key, meta })
+            }
+            Err(why) => {
+                tracing::warn!(%key, name = %meta.name.escape_debug(), "channel refused: {why}");
+                self.core.reject_channel(channel, why.clone());
+                self.forward(SinkEvent::Refused { key, meta, why })
+            }
+        }
+    }
+
     fn drain(&mut self) -> Result<(), WriterGone> {
         while let Some(ev) = self.core.poll_event() {
+            self.monitor
+                .on_event(&self.progress.health, unix_time_ms(), &ev);
             match ev {
                 Event::SessionStarted { session } => {
                     tracing::info!(%session, "session started");
                     self.session = Some(session);
                     self.sessions.push(session.to_string());
                 }
-                Event::SessionRestarted { old, new } => {
-                    tracing::warn!(%old, %new, "sender restarted: new session");
+                Event::SessionRestarted { new, .. } => {
+                    // The health monitor raised the alarm (logged once there).
                     self.session = Some(new);
                     self.sessions.push(new.to_string());
                 }
@@ -681,24 +702,7 @@ impl Decoder {
                         "session parameters"
                     );
                 }
-                Event::ChannelOpened { channel, meta } => {
-                    let key = self.key(channel);
-                    self.seen_channels += 1;
-                    self.progress
-                        .current_size
-                        .store(meta.size.unwrap_or(0), Ordering::Relaxed);
-                    match (self.admit)(&meta) {
-                        Ok(()) => {
-                            tracing::info!(%key, name = %meta.name.escape_debug(), size = ?meta.size, "channel opened");
-                            self.forward(SinkEvent::Opened { key, meta })?;
-                        }
-                        Err(why) => {
-                            tracing::warn!(%key, name = %meta.name.escape_debug(), "channel refused: {why}");
-                            self.core.reject_channel(channel, why.clone());
-                            self.forward(SinkEvent::Refused { key, meta, why })?;
-                        }
-                    }
-                }
+                Event::ChannelOpened { channel, meta } => self.opened(channel, meta)?,
                 Event::ChannelData {
                     channel,
                     offset,
@@ -708,6 +712,7 @@ impl Decoder {
                         .bytes
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
                     let key = self.key(channel);
+                    self.progress.status.progressed(key, data.len() as u64);
                     self.forward(SinkEvent::Data { key, offset, data })?;
                 }
                 Event::ChannelGap {
@@ -727,6 +732,7 @@ impl Decoder {
                     self.decided += 1;
                     self.last_verdict = Some(self.clock.now());
                     let key = self.key(channel);
+                    self.progress.status.closed(key);
                     self.forward(SinkEvent::Complete { key, bytes, digest })?;
                 }
                 Event::ChannelFailed { channel, reason } => {
@@ -735,11 +741,12 @@ impl Decoder {
                     // A channel whose open never arrived still counts as seen.
                     self.seen_channels = self.seen_channels.max(self.decided);
                     self.last_verdict = Some(self.clock.now());
+                    self.progress.status.closed(key);
                     self.forward(SinkEvent::Failed { key, reason })?;
                 }
                 Event::ConfigMismatch(m) => {
-                    tracing::error!("configuration mismatch: {m:?}");
-                    self.mismatches.push(format!("{m:?}"));
+                    // The health monitor logged the alarm.
+                    self.mismatches.push(health::describe(&m));
                 }
                 Event::LinkSilent { .. } => {
                     self.silent = true;

@@ -16,6 +16,7 @@
 //! `from_output` (the last JSON line), never by indexing untyped JSON.
 
 use crate::files::FileSinkCounters;
+use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
 use crate::tunnel::{TunnelSinkCounters, TunnelSourceCounters};
@@ -40,6 +41,8 @@ pub enum Exit {
     Config,
     /// 3: IO error (socket, output directory, a thread).
     Io,
+    /// 4: `recv --timeout`: no valid datagram arrived in time.
+    NothingArrived,
     /// 130: stopped by a signal before the end (the shell's 128 + SIGINT).
     Interrupted,
 }
@@ -52,6 +55,7 @@ impl Exit {
             Exit::ChannelFailed => 1,
             Exit::Config => 2,
             Exit::Io => 3,
+            Exit::NothingArrived => 4,
             Exit::Interrupted => 130,
         }
     }
@@ -65,6 +69,17 @@ impl PipelineError {
             _ => Exit::Io,
         }
     }
+}
+
+/// One agent's packets on the receiving side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketAgent {
+    /// The agent number.
+    pub agent: usize,
+    /// Frames written.
+    pub delivered: u64,
+    /// Frames counted lost.
+    pub lost: u64,
 }
 
 /// The kernel's UDP counters over a run: `after − before` (empty when either
@@ -294,6 +309,21 @@ pub struct RecvSummary {
     /// renamed; availability times).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<crate::mirror::MirrorCounters>,
+    /// With `--tap-out`/`--pcap-out`: the tap's packets delivered and lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_sink: Option<PacketSinkCounters>,
+    /// The same per agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packet_agents: Vec<PacketAgent>,
+    /// `--timeout` passed without a valid datagram.
+    #[serde(default)]
+    pub nothing_arrived: bool,
+    /// The link's alarm counters over the run.
+    #[serde(default)]
+    pub link: Snapshot,
+    /// The most recent alarms (at most [`crate::health::RECENT_ALARMS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<crate::health::Alarm>,
 }
 
 impl RecvSummary {
@@ -327,6 +357,11 @@ impl RecvSummary {
             tunnel: None,
             file_sink: None,
             mirror: None,
+            packet_sink: None,
+            packet_agents: Vec::new(),
+            nothing_arrived: r.nothing_arrived,
+            link: Snapshot::default(),
+            alarms: Vec::new(),
         }
     }
 
@@ -354,24 +389,63 @@ impl RecvSummary {
     /// How the process should exit. With `once`, a run that saw no channel
     /// at all delivered nothing and fails.
     pub fn exit(&self, once: bool) -> Exit {
-        if self.channels_failed > 0 || (self.channels_complete == 0 && once) {
+        if self.nothing_arrived {
+            Exit::NothingArrived
+        } else if self.channels_failed > 0 || (self.channels_complete == 0 && once) {
             Exit::ChannelFailed
         } else {
             Exit::Success
         }
     }
 
-    /// Human text.
+    /// The link's lines of [`RecvSummary::text`]: nothing arrived, alarms.
+    fn link_text(&self, s: &mut String) {
+        if self.nothing_arrived {
+            let _ = writeln!(s, "  nothing arrived: no valid datagram before --timeout");
+        }
+        let alarms: Vec<String> = self
+            .link
+            .0
+            .iter()
+            .filter(|(k, v)| k.starts_with("alarms_") && **v > 0)
+            .map(|(k, v)| format!("{} {v}", k.trim_start_matches("alarms_").replace('_', " ")))
+            .collect();
+        if !alarms.is_empty() {
+            let _ = writeln!(s, "  alarms: {}", alarms.join(", "));
+        }
+    }
+
+    /// The tap packets' lines of [`RecvSummary::text`].
+    fn packet_text(&self, s: &mut String) {
+        if let Some(p) = &self.packet_sink {
+            let _ = writeln!(
+                s,
+                "  packets delivered {} ({} bytes), lost {} (counted from sequence gaps), late {}; segments {} (failed {}); dropped behind the outputs {}",
+                p.delivered, p.delivered_bytes, p.lost, p.late, p.segments, p.segments_failed, p.output_drops
+            );
+            for a in &self.packet_agents {
+                let _ = writeln!(
+                    s,
+                    "    agent {}: delivered {}, lost {}",
+                    a.agent, a.delivered, a.lost
+                );
+            }
+        }
+    }
+
+    /// Human-readable text.
     pub fn text(&self) -> String {
         let (c, io, k) = (&self.core, &self.socket, &self.kernel);
         let mut s = String::new();
         let _ = writeln!(s, "diodon recv: sessions {}", self.sessions.join(", "));
+        self.link_text(&mut s);
         if let Some(u) = &self.udp_forward {
             let _ = writeln!(s, "  UDP datagrams forwarded {}", u.datagrams);
         }
         if let Some(t) = &self.tunnel {
             s.push_str(&tunnel_sink_line(t));
         }
+        self.packet_text(&mut s);
         if let Some(f) = &self.file_sink {
             s.push_str(&file_sink_lines(f));
         }
@@ -556,10 +630,11 @@ mod tests {
                 Exit::ChannelFailed,
                 Exit::Config,
                 Exit::Io,
+                Exit::NothingArrived,
                 Exit::Interrupted
             ]
             .map(Exit::code),
-            [0, 1, 2, 3, 130]
+            [0, 1, 2, 3, 4, 130]
         );
     }
 
@@ -581,6 +656,7 @@ mod tests {
             duration: Duration::from_secs(1),
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),
+            nothing_arrived: false,
         };
         let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
         let json = serde_json::to_string(&s).expect("serialises");

@@ -48,6 +48,10 @@ pub enum Refusal {
     /// Something other than a packet channel reached the TUN sink.
     #[error("--tun takes only packet channels (IP tunnel), not {0:?}")]
     NotPackets(ChannelKind),
+    /// A channel that is not one of the tap's packet channels reached the
+    /// packet sink, or one of its records is malformed.
+    #[error("not a packet channel: {0}")]
+    NotTapPackets(String),
 }
 
 /// A file operation of the file sink (the text before `: <OS error>`).
@@ -207,6 +211,9 @@ pub enum SinkFailure {
         /// The OS error.
         source: Arc<io::Error>,
     },
+    /// A frame output (TAP interface, pcap folder) failed.
+    #[error("{0}")]
+    Output(String),
     /// Sending to the UDP destination failed.
     #[error("send to {dest}: {source}")]
     SendTo {

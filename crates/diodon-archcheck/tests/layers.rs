@@ -13,6 +13,8 @@
 //! - The cores do no IO: neither reaches `diodon-io` (or anything above it).
 //! - `diodon-sansio` is the contract both sides share: it depends on nothing
 //!   of ours; nor does `diodon-packet` (pure IP packet logic of the tunnel).
+//! - `diodon-filter` (frame views, ACL classifier, flow keys) is pure like
+//!   the cores: it reaches no IO, no protocol core and nothing above.
 //! - The gateway binary links neither the lab nor the simulator.
 //! - Test support (`diodon-testkit`) is a dev-dependency only.
 
@@ -121,6 +123,24 @@ fn the_cores_do_no_io() {
     assert!(
         reach(&g, "diodon-packet").is_empty(),
         "diodon-packet (pure packet logic) depends on nothing of ours"
+    );
+}
+
+#[test]
+fn the_filter_is_pure() {
+    let g = workspace_graph();
+    assert_reaches_none(
+        &g,
+        "diodon-filter",
+        &[
+            "diodon-io",
+            "diodon-proto",
+            "diodon-deltat",
+            "diodon-sim",
+            "diodon-apps",
+            "diodon-lab",
+            "diodon",
+        ],
     );
 }
 

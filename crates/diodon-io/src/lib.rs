@@ -11,6 +11,8 @@
 //!  now: Timestamp <---------------------- clock::MonotonicClock
 //!  stats exporters <--------------------- counters (/proc/net/snmp, sysfs link stats)
 //!  tests / benches ---------------------> netns (enter a testbed namespace)
+//!  frames (tap, agent) <----------------- packet::CaptureRing (TPACKET_V3 + fanout, ring drops)
+//!  frames ------------------------------> packet::RawSender (sendmmsg), tun::Tun (TAP), pcap
 //! ```
 //!
 //! Modules:
@@ -22,7 +24,12 @@
 //!   per-interface statistics), snapshots and saturating deltas.
 //! - [`tun`]: TUN devices (IP packets in user space): multi-queue, the
 //!   virtio-net header and offloads, txqueuelen/MTU/up, the drop counter and
-//!   the backpressure probe.
+//!   the backpressure probe; TAP devices (Ethernet frames).
+//! - [`packet`]: `AF_PACKET` capture through a `TPACKET_V3` ring with
+//!   fanout and its kernel drop counter, raw frame sending, interface
+//!   index and MAC.
+//! - [`pcap`]: pcap files (nanosecond timestamps), rotated; read back.
+//! - [`signal`]: SIGHUP counted, for reloads.
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
@@ -32,11 +39,14 @@ pub mod clock;
 pub mod counters;
 pub mod fs;
 pub mod netns;
+pub mod packet;
+pub mod pcap;
 pub mod route;
+pub mod signal;
 pub mod tun;
 pub mod udp;
 
-pub use clock::{unix_time_ms, MonotonicClock};
+pub use clock::{unix_time_ms, unix_time_ns, MonotonicClock};
 pub use counters::{read_snmp, CounterError, IpSnmp, LinkStats, UdpSnmp};
 pub use udp::{
     is_path_error, open_duplex, BatchReceiver, BatchSender, BufferKind, Datagram, ReceiverCounters,

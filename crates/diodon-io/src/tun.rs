@@ -1,8 +1,12 @@
-//! TUN devices: IP packets of a network interface, read and written by a user
-//! process. The IP tunnel reads the packets the kernel routes into a TUN on
-//! the sending host and writes them into a TUN on the receiving host; the
-//! impairment relay (`diodon-lab`'s `relay`) joins two TUN devices in two
-//! namespaces into an IP link with delay, loss and reordering.
+//! TUN and TAP devices: IP packets (TUN) or Ethernet frames (TAP) of a
+//! network interface, read and written by a user process. The IP tunnel
+//! reads the packets the kernel routes into a TUN on the sending host and
+//! writes them into a TUN on the receiving host; a frame written to a TAP
+//! arrives on its interface as if received from a wire, so any capture
+//! tool, flow exporter or IDS reads it there (the tap agent's and the
+//! receiver's `--tap-out`); the impairment relay (`diodon-lab`'s `relay`)
+//! joins two TUN devices in two namespaces into an IP link with delay, loss
+//! and reordering.
 //!
 //! ```text
 //!   kernel ──IP──▶ qdisc ──▶ tun_net_xmit ──▶ ring (txqueuelen) ──read──▶ queue 0 fd
@@ -40,6 +44,7 @@ const TUNGETFEATURES: libc::c_ulong = 0x8004_54cf;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 
 const IFF_TUN: u32 = 0x0001;
+const IFF_TAP: u32 = 0x0002;
 const IFF_NO_PI: u32 = 0x1000;
 const IFF_MULTI_QUEUE: u32 = 0x0100;
 const IFF_VNET_HDR: u32 = 0x4000;
@@ -168,7 +173,8 @@ impl TunConfig {
     }
 }
 
-/// One open queue of a TUN device (no packet-information header).
+/// One open queue of a TUN or TAP device (no packet-information header:
+/// each read is one IP packet, or one Ethernet frame for a TAP).
 #[derive(Debug)]
 pub struct Tun {
     file: File,
@@ -186,6 +192,18 @@ impl Tun {
         queues
             .pop()
             .ok_or_else(|| io::Error::other("no TUN queue opened"))
+    }
+
+    /// Creates (or attaches to) TAP device `name` in the calling thread's
+    /// network namespace: each read or write is one Ethernet frame. Needs
+    /// `CAP_NET_ADMIN`.
+    pub fn open_tap(name: &str) -> io::Result<Tun> {
+        Ok(Tun {
+            file: attach(name, IFF_TAP | IFF_NO_PI)?,
+            name: name.to_owned(),
+            vnet_hdr: false,
+            offload: Offload::NONE,
+        })
     }
 
     /// Opens `config.queues` queues of one device; the offloads are set on

@@ -24,6 +24,7 @@
 //!  trial     the run loop: rounds × cells, link, rmem, journal     ◄ measure and the rest
 //!  relay     seeded impairment relay (UDP or TUN pair): diodon-sim's nodes
 //!            on the wall clock (for transports with a return path)   (leaf)
+//!  trace     pcap traces for the tap (the prefilter thesis's mixes)   (leaf)
 //! ```
 //!
 //! The arrows are the only imports between the modules: no module imports
@@ -44,4 +45,5 @@ pub mod resume;
 pub mod row;
 pub mod testfile;
 pub mod tools;
+pub mod trace;
 pub mod trial;

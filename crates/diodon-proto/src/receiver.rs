@@ -696,9 +696,38 @@ impl Receiver {
 
     /// Fails a channel on the application's behalf (a hostile name, a full
     /// disk, a destination that refused the connection). Later datagrams of
-    /// the channel are counted as late and dropped.
+    /// the channel are counted as late and dropped. Events of the channel
+    /// still queued are withdrawn — its data and even its completion, when
+    /// the whole channel arrived in the batch that opened it: after a
+    /// rejection the application hears only the failure, never a verdict
+    /// of "complete" for a channel it refused.
     pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<Rejection>) {
-        self.fail_channel(channel, FailReason::Rejected(why.into()));
+        let mut completed = false;
+        let mut failed = false;
+        self.events.retain(|e| match e {
+            Event::ChannelData { channel: c, .. } | Event::ChannelGap { channel: c, .. } => {
+                *c != channel
+            }
+            Event::ChannelComplete { channel: c, .. } if *c == channel => {
+                completed = true;
+                false
+            }
+            Event::ChannelFailed { channel: c, .. } => {
+                failed |= *c == channel;
+                true
+            }
+            _ => true,
+        });
+        if completed {
+            self.stats.channels_complete -= 1;
+            self.stats.channels_failed += 1;
+            self.events.push_back(Event::ChannelFailed {
+                channel,
+                reason: FailReason::Rejected(why.into()),
+            });
+        } else if !failed {
+            self.fail_channel(channel, FailReason::Rejected(why.into()));
+        }
     }
 
     /// Ends a channel on the application's behalf without a verdict: it

@@ -323,3 +323,50 @@ fn perfect_link_sanity_with_keyed_mode() {
     t.run(&mut Link::new(), Duration::from_secs(10));
     assert_eq!(t.out.complete.values().next(), Some(&payloads[0]));
 }
+
+/// A channel the application refuses when its open is polled, after the
+/// whole channel (one block and its trailer) arrived in the same batch:
+/// its queued data and completion are withdrawn, the application hears
+/// only the failure, and the counters say failed, not complete.
+#[test]
+fn a_channel_rejected_after_it_completed_in_the_same_batch_is_failed_not_verified() {
+    let now = Timestamp::ZERO;
+    let mut s = Sender::new(SenderConfig::default(), SessionId(5), now).unwrap();
+    let ch = s.open_channel(ChannelMeta::file("small", 10_000)).unwrap();
+    s.write(now, ch, &payload(3, 10_000)).unwrap();
+    s.finish(now, ch).unwrap();
+    let mut r = Receiver::new(ReceiverConfig::default(), now);
+    let mut buf = vec![0u8; 65_536];
+    while let Some(t) = s.poll_transmit(now, 1, &mut buf) {
+        r.handle_datagram(now, &buf[..t.size]);
+    }
+    let mut after = Vec::new();
+    while let Some(e) = r.poll_event() {
+        if let Event::ChannelOpened { channel, .. } = e {
+            r.reject_channel(channel, std::io::Error::other("not wanted here"));
+        } else {
+            after.push(e);
+        }
+    }
+    assert!(
+        !after
+            .iter()
+            .any(|e| matches!(e, Event::ChannelData { .. } | Event::ChannelComplete { .. })),
+        "{after:?}"
+    );
+    let failed: Vec<&Event> = after
+        .iter()
+        .filter(|e| matches!(e, Event::ChannelFailed { .. }))
+        .collect();
+    assert_eq!(failed.len(), 1, "{after:?}");
+    assert!(
+        matches!(failed[0], Event::ChannelFailed { reason: FailReason::Rejected(w), .. } if w.to_string() == "not wanted here"),
+        "{failed:?}"
+    );
+    let st = r.stats();
+    assert_eq!((st.channels_complete, st.channels_failed), (0, 1));
+    // Once rejected, the channel stays failed: a second rejection adds nothing.
+    r.reject_channel(ch, std::io::Error::other("again"));
+    assert!(r.poll_event().is_none());
+    assert_eq!(r.stats().channels_failed, 1);
+}

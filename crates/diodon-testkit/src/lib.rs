@@ -61,6 +61,34 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
+/// Whether the programs `tools` are on PATH. Same policy as
+/// [`require_netns`]: skip visibly, or fail under `CI=true` (where
+/// `scripts/setup.sh` installs them).
+pub fn require_tools(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        !ci(),
+        "{test}: missing {missing:?} (scripts/setup.sh installs them); CI=true, so this test must run"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: missing {missing:?} (scripts/setup.sh installs them)"
+    );
+    false
+}
+
 /// A tmpfs of a few MiB mounted on a directory, unmounted when dropped
 /// (even if the test panics); needs root ([`require_root`]).
 #[derive(Debug)]

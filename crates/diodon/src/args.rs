@@ -13,9 +13,10 @@ pub const DEFAULT_RATE: &str = "950mbit";
 /// diodon: send files, a pipe or TCP streams across a one-way link (data diode).
 ///
 /// Exit codes: 0 every channel verified; 1 a channel failed or was refused;
-/// 2 usage or configuration error; 3 IO error (socket, output directory).
+/// 2 usage or configuration error; 3 IO error (socket, output directory);
+/// 4 nothing arrived before `recv --timeout`.
 #[derive(Debug, Parser)]
-#[command(version, about, long_about = None)]
+#[command(version = env!("DIODON_VERSION"), about, long_about = None)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, value_enum, global = true, default_value = "human")]
@@ -40,8 +41,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Send files/directories, stdin (`-`) or TCP connections (`--tcp-listen`).
     Send(SendArgs),
-    /// Receive into a directory (`--out`), stdout (`--stdout`) or a TCP
-    /// destination (`--tcp-connect`).
+    /// Receive into a directory (`--out`), stdout (`--stdout`), a TCP or UDP
+    /// destination, a TUN (`--tun`), or TAP interfaces or pcap files (the tap's packets).
     Recv(RecvArgs),
     /// Keep directory trees mirrored across the diode (long-running; state
     /// in `SQLite`; carousel passes, deletions, outbox). `--status` reports.
@@ -52,9 +53,25 @@ pub enum Command {
     Guard(crate::guard::GuardArgs),
     /// Measuring points (UDP and IP MIB, link, guard, a running Diodon's counters), once or as deltas.
     Stats(crate::stats::StatsArgs),
+    /// Mirrored traffic: capture, ACL pre-filter, flows spread over agents,
+    /// encapsulated to them and/or across the diode (SIGHUP reloads the rules).
+    Tap(TapArgs),
+    /// The tap's agent: strip the encapsulation, hand frames to a TAP, pcap files or a socket.
+    Agent(AgentArgs),
     /// The one-way IP tunnel: `tunnel send --tun NAME --to ADDR` (the far
     /// side runs `diodon recv --tun NAME`).
     Tunnel(TunnelArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (diodon.1 and one per subcommand) into DIR.
+    #[command(hide = true)]
+    Man {
+        /// Output folder (created if missing).
+        dir: PathBuf,
+    },
 }
 
 /// Settings shared by both sides.
@@ -236,6 +253,18 @@ pub struct RecvArgs {
     /// Send every record of received UDP flows to this address, one datagram each.
     #[arg(long, value_name = "ADDR")]
     pub udp_forward: Option<SocketAddr>,
+    /// The tap's packets: each agent's frames to TAP interface PREFIX<agent>.
+    #[arg(long, value_name = "PREFIX")]
+    pub tap_out: Option<String>,
+    /// The tap's packets: each agent's frames to DIR/agent-<agent>-NNNNNN.pcap.
+    #[arg(long, value_name = "DIR")]
+    pub pcap_out: Option<PathBuf>,
+    /// With --pcap-out: a file ends after this many MiB. Default 100.
+    #[arg(long, value_name = "MIB")]
+    pub rotate_mb: Option<u64>,
+    /// With --pcap-out: ... or after this many seconds (0: never). Default 0.
+    #[arg(long, value_name = "SECS")]
+    pub rotate_secs: Option<u64>,
     /// Write the packets of a tunnel (`diodon tunnel send`) into this TUN
     /// interface (created if missing; give it addresses and routes).
     #[arg(long, value_name = "NAME")]
@@ -253,6 +282,15 @@ pub struct RecvArgs {
     /// failed, without waiting for the link to fall silent. Implies --once.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub channels: Option<u64>,
+    /// Give up with exit code 4 when no valid datagram arrived within this
+    /// many seconds of the start (a script's `--once` then never waits forever).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Raise the "link silent" alarm (a WARN line, `diodon_link_up` 0) after
+    /// this many seconds without a valid datagram; the sender beacons every
+    /// 250 ms while it runs. Default 5.
+    #[arg(long, value_name = "SECS")]
+    pub alarm_silence: Option<f64>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,
@@ -285,6 +323,115 @@ pub struct RecvArgs {
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
+}
+
+/// How flows are keyed for agent assignment.
+#[derive(Debug, Clone, Copy, ValueEnum, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FlowArg {
+    /// Protocol and both (address, port) endpoints; fragments by address pair.
+    #[value(name = "5tuple")]
+    #[serde(rename = "5tuple")]
+    FiveTuple,
+    /// The address pair only (a host pair's whole traffic on one agent).
+    Ippair,
+}
+
+/// `diodon tap`: capture, filter, distribute to agents.
+#[derive(Debug, Args)]
+pub struct TapArgs {
+    /// Capture interface (a SPAN/mirror port; promiscuous while running).
+    #[arg(long = "if", value_name = "IF")]
+    pub interface: Option<String>,
+    /// Capture threads sharing the interface by flow hash (packet fanout). Default 1.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// ACL rule file (reloaded on SIGHUP; a file with an error keeps the old rules).
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+    /// Flow key for agent assignment. Default 5tuple.
+    #[arg(long, value_enum)]
+    pub flow: Option<FlowArg>,
+    /// An agent: `NAME` or `NAME=MAC` (MAC needed with --encap-if). Repeat per agent.
+    #[arg(long = "agent", value_name = "NAME[=MAC]")]
+    pub agents: Vec<String>,
+    /// Interface facing the agents: frames go there encapsulated (agent MAC, tap MAC, EtherType).
+    #[arg(long, value_name = "IF")]
+    pub encap_if: Option<String>,
+    /// Encapsulation EtherType (hex). Default 0xF1F0.
+    #[arg(long, value_name = "HEX")]
+    pub ethertype: Option<String>,
+    /// Receiver across the diode: each agent's frames become datagram channels.
+    #[arg(long)]
+    pub to: Option<SocketAddr>,
+    /// Local address to send from.
+    #[arg(long)]
+    pub bind: Option<SocketAddr>,
+    /// A segment (channel) of an agent ends after this many MiB. Default 16.
+    #[arg(long, value_name = "MIB")]
+    pub segment_mb: Option<u64>,
+    /// ... or after this many milliseconds. Default 1000.
+    #[arg(long, value_name = "MS")]
+    pub segment_ms: Option<u64>,
+    /// Capture ring per worker in MiB (1 MiB blocks). Default 32.
+    #[arg(long, value_name = "MIB")]
+    pub ring_mb: Option<usize>,
+    /// Stop after this many seconds (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Only count captured frames, nothing else (measures the capture path's ceiling).
+    #[arg(long)]
+    pub capture_only: bool,
+    /// Serve Prometheus metrics over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Link settings (for --to), --config and --json.
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// `diodon agent`: strip the tap's encapsulation and hand frames on.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Interface facing the tap.
+    #[arg(long = "if", value_name = "IF")]
+    pub interface: Option<String>,
+    /// Encapsulation EtherType (hex). Default 0xF1F0.
+    #[arg(long, value_name = "HEX")]
+    pub ethertype: Option<String>,
+    /// Drop (and count) frames without the marker instead of passing them unchanged.
+    #[arg(long)]
+    pub marked_only: bool,
+    /// Deliver to this TAP interface (created and brought up).
+    #[arg(long, value_name = "NAME")]
+    pub tap_out: Option<String>,
+    /// Deliver to pcap files in this folder (frames-NNNNNN.pcap, rotated).
+    #[arg(long, value_name = "DIR")]
+    pub pcap_out: Option<PathBuf>,
+    /// Deliver to the Unix datagram socket bound at this path (one frame per datagram).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// A pcap file ends after this many MiB. Default 100.
+    #[arg(long, value_name = "MIB")]
+    pub rotate_mb: Option<u64>,
+    /// ... or after this many seconds (0: never). Default 0.
+    #[arg(long, value_name = "SECS")]
+    pub rotate_secs: Option<u64>,
+    /// Capture ring in MiB. Default 32.
+    #[arg(long, value_name = "MIB")]
+    pub ring_mb: Option<usize>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Serve Prometheus metrics over HTTP here.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// TOML file with the same keys as the long flags; flags win.
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `diodon tunnel`.

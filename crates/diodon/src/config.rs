@@ -23,9 +23,9 @@ use std::time::Duration;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
-    /// `to` (send, tunnel send).
+    /// `to` (send, tap, tunnel send).
     pub to: Option<SocketAddr>,
-    /// `bind` (send, tunnel send).
+    /// `bind` (send, tap, tunnel send).
     pub bind: Option<SocketAddr>,
     listen: Option<SocketAddr>,
     tcp_listen: Option<SocketAddr>,
@@ -41,6 +41,8 @@ pub struct FileConfig {
     out: Option<PathBuf>,
     stdout: Option<bool>,
     pub once: Option<bool>,
+    timeout: Option<f64>,
+    alarm_silence: Option<f64>,
     channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
@@ -60,6 +62,14 @@ pub struct FileConfig {
     no_fsync: Option<bool>,
     quarantine_bytes: Option<SizeValue>,
     quarantine_entries: Option<u64>,
+    /// `tap-out` (recv): TAP interfaces PREFIX<agent> for the tap's packets.
+    pub tap_out: Option<String>,
+    /// `pcap-out` (recv): pcap files per agent.
+    pub pcap_out: Option<PathBuf>,
+    /// `rotate-mb` (recv, agent): a pcap file ends after this many MiB.
+    pub rotate_mb: Option<u64>,
+    /// `rotate-secs` (recv, agent): ... or after this many seconds.
+    pub rotate_secs: Option<u64>,
     /// `tun` (tunnel send, recv): the TUN interface.
     pub tun: Option<String>,
     /// `tun-mtu` (tunnel send, recv).
@@ -136,14 +146,19 @@ impl FileConfig {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let table: toml::Table =
             toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        Self::from_table(table, Some(path))
+    }
+
+    /// The keys of an already parsed table (the tap reads its own keys
+    /// first and leaves the link settings here).
+    pub fn from_table(table: toml::Table, path: Option<&Path>) -> Result<Self> {
         // Accept `key_file` as well as `key-file`.
         let table: toml::Table = table
             .into_iter()
             .map(|(k, v)| (k.replace('_', "-"), v))
             .collect();
-        table
-            .try_into()
-            .with_context(|| format!("in {}", path.display()))
+        let origin = path.map_or_else(|| "the config file".into(), |p| p.display().to_string());
+        table.try_into().with_context(|| format!("in {origin}"))
     }
 }
 
@@ -297,6 +312,8 @@ pub struct RecvSettings {
     pub tcp_connect: Option<SocketAddr>,
     pub once: bool,
     pub channels: Option<u64>,
+    pub timeout: Option<Duration>,
+    pub alarm_silence: Duration,
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
@@ -346,8 +363,25 @@ impl RecvArgs {
             .context("delete-after")?;
         let audit = pick(self.audit.as_ref(), f.audit.as_ref())
             .or_else(|| out.as_ref().map(|o| o.join(".diodon-audit.jsonl")));
+        let seconds = |what: &str, v: f64| {
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow!("{what} must be a positive number of seconds, not {v}"))
+        };
+        let timeout = self
+            .timeout
+            .or(f.timeout)
+            .map(|v| seconds("timeout", v))
+            .transpose()?;
+        let alarm_silence = seconds(
+            "alarm-silence",
+            self.alarm_silence.or(f.alarm_silence).unwrap_or(5.0),
+        )?;
         Ok(RecvSettings {
             listen,
+            timeout,
+            alarm_silence,
             out,
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),

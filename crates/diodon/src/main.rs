@@ -4,27 +4,32 @@
 //!
 //! ```text
 //!  args (clap) ─► config (merge with --config FILE.toml) ─► send | recv | sync | deltat
-//!              │                                            guard | stats | tunnel
+//!              │                                            guard | stats | tap | agent | tunnel
+//!              │                                            completions | man (manual)
 //!              └─► diodon-apps: gateway::run_send / run_recv ─► report::{Send,Recv}Summary
 //! ```
 //!
 //! Exit codes ([`diodon_apps::report::Exit`]): 0 every channel verified; 1 a
-//! channel failed or was refused; 2 usage or configuration error; 3 IO error.
+//! channel failed or was refused; 2 usage or configuration error; 3 IO error;
+//! 4 nothing arrived before `recv --timeout`.
 //!
 //! The measuring lab (the trial harness, its plots) is its own binary,
 //! `diodon-lab`: this one links none of it.
 
+mod agent;
 mod args;
 mod config;
 mod deltat;
 mod fatal;
 mod guard;
+mod manual;
 mod progress;
 mod recv;
 mod send;
 mod stats;
 mod stop;
 mod sync;
+mod tap;
 mod tunnel;
 
 use args::{Cli, Command, LogFormat};
@@ -43,7 +48,11 @@ fn main() -> ExitCode {
         Command::Deltat(args) => Ok(deltat::run(&args)),
         Command::Guard(args) => guard::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Tap(args) => tap::run(&args),
+        Command::Agent(args) => agent::run(&args),
         Command::Tunnel(args) => tunnel::run(&args),
+        Command::Completions { shell } => Ok(manual::completions(shell)),
+        Command::Man { dir } => manual::man_pages(&dir),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

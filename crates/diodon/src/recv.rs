@@ -7,7 +7,7 @@
 //! ```
 
 use crate::args::RecvArgs;
-use crate::config::{pick, FileConfig, Link};
+use crate::config::{pick, FileConfig, Link, RecvSettings};
 use crate::fatal::Fatal;
 use crate::progress;
 use crate::stop::stop_flag;
@@ -16,31 +16,24 @@ use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;
 use diodon_apps::mirror::MirrorOptions;
+use diodon_apps::packet_sink::PacketOutput;
 use diodon_apps::report::Exit;
 use diodon_apps::RecvOptions;
 use diodon_io::UdpConfig;
 use diodon_proto::ReceiverConfig;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-/// Runs `diodon recv`.
-pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
-    let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
-    let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
-    let s = args.resolve(&file).map_err(Fatal::config)?;
+/// The one sink the flags and the file name (exactly one of them).
+fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOutput, Fatal> {
     let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
     let tun = pick(args.tun.as_ref(), file.tun.as_ref());
-    let output = match (&s.out, s.stdout, s.tcp_connect, udp_forward) {
-        _ if tun.is_some() && s.out.is_none() && !s.stdout && s.tcp_connect.is_none() && udp_forward.is_none() => RecvOutput::Tun {
-            name: tun.unwrap_or_default(),
-            mtu: args.tun_mtu.or(file.tun_mtu),
-        },
-        _ if tun.is_some() => {
-            return Err(Fatal::config(anyhow!(
-                "--tun cannot be combined with --out, --stdout, --tcp-connect or --udp-forward"
-            )))
-        }
-        (Some(path), false, None, None) => RecvOutput::Dir {
+    let tap_out = pick(args.tap_out.as_ref(), file.tap_out.as_ref());
+    let pcap_out = pick(args.pcap_out.as_ref(), file.pcap_out.as_ref());
+    let mut outputs: Vec<RecvOutput> = Vec::new();
+    if let Some(path) = &s.out {
+        outputs.push(RecvOutput::Dir {
             path: path.clone(),
             files: FileSinkOptions {
                 fsync: s.fsync,
@@ -50,16 +43,48 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
                     audit: s.audit.clone(),
                 },
             },
-        },
-        (None, true, None, None) => RecvOutput::Stdout,
-        (None, false, Some(a), None) => RecvOutput::Tcp(a),
-        (None, false, None, Some(a)) => RecvOutput::UdpForward(a),
-        _ => {
-            return Err(Fatal::config(anyhow!(
-                "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, --tun NAME"
-            )))
-        }
-    };
+        });
+    }
+    if s.stdout {
+        outputs.push(RecvOutput::Stdout);
+    }
+    if let Some(a) = s.tcp_connect {
+        outputs.push(RecvOutput::Tcp(a));
+    }
+    if let Some(a) = udp_forward {
+        outputs.push(RecvOutput::UdpForward(a));
+    }
+    if let Some(name) = tun {
+        outputs.push(RecvOutput::Tun {
+            name,
+            mtu: args.tun_mtu.or(file.tun_mtu),
+        });
+    }
+    if let Some(prefix) = tap_out {
+        outputs.push(RecvOutput::Packets(PacketOutput::Tap(prefix)));
+    }
+    if let Some(dir) = pcap_out {
+        outputs.push(RecvOutput::Packets(PacketOutput::Pcap {
+            dir,
+            max_bytes: args.rotate_mb.or(file.rotate_mb).unwrap_or(100) << 20,
+            max_age: Duration::from_secs(args.rotate_secs.or(file.rotate_secs).unwrap_or(0)),
+        }));
+    }
+    if outputs.len() != 1 {
+        return Err(Fatal::config(anyhow!(
+            "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, \
+             --tun NAME, --tap-out PREFIX, --pcap-out DIR"
+        )));
+    }
+    Ok(outputs.remove(0))
+}
+
+/// Runs `diodon recv`.
+pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
+    let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
+    let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
+    let s = args.resolve(&file).map_err(Fatal::config)?;
+    let output = output(args, &file, &s)?;
     let mut udp = UdpConfig::new(s.listen);
     udp.device.clone_from(&link.device);
     udp.rcvbuf = Some(s.rcvbuf.unwrap_or_else(|| rcvbuf_for(link.rate, s.stall)));
@@ -68,7 +93,8 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         RecvOutput::Dir { .. }
         | RecvOutput::Tcp(_)
         | RecvOutput::UdpForward(_)
-        | RecvOutput::Tun { .. } => !link.json,
+        | RecvOutput::Tun { .. }
+        | RecvOutput::Packets(_) => !link.json,
     };
     let job = RecvJob {
         opts: RecvOptions {
@@ -82,6 +108,8 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             event_queue: 256,
             once: s.once,
             expect_channels: s.channels,
+            silence_alarm: s.alarm_silence,
+            give_up_after: s.timeout,
         },
         output,
         metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {

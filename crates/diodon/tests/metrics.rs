@@ -140,4 +140,10 @@ fn metrics_are_served_and_move_during_a_transfer() {
     moved(&r0, &r2, "diodon_receiver_socket_datagrams_total");
     moved(&r0, &r2, "kernel_udp_in_datagrams_total");
     moved(&r0, &r2, "kernel_link_rx_packets_total{interface=\"lo\"}");
+    // The link's state: down before the sender, up during the transfer.
+    assert_eq!(r0["diodon_link_up"], 0);
+    assert_eq!(r2["diodon_link_up"], 1);
+    assert!(r2["diodon_link_session_started_seconds"] > 1_700_000_000);
+    assert!(r2["diodon_link_since_last_datagram_seconds"] <= 1);
+    assert_eq!(r2["diodon_link_alarms_silent_total"], 0);
 }

@@ -5,6 +5,7 @@
 //! ```text
 //!  diodon-lab trial PLAN.toml ─► trial.rs ─► diodon_lab::trial::run ─► diodon_lab::report
 //!  diodon-lab relay …         ─► relay.rs ─► diodon_lab::relay::{run_udp, run_tun_pair}
+//!  diodon-lab trace …         ─► trace.rs ─► diodon_lab::trace::write (pcap for tcpreplay)
 //! ```
 //!
 //! Exit codes: 0 success (for `trial`: all trials ran, whatever their
@@ -13,6 +14,7 @@
 
 mod fatal;
 mod relay;
+mod trace;
 mod trial;
 mod values;
 
@@ -39,12 +41,15 @@ enum Command {
     Trial(trial::TrialArgs),
     /// Impairment relay (delay, loss, reordering) over UDP or between two TUN devices.
     Relay(relay::RelayArgs),
+    /// Write a pcap trace for the tap (the prefilter thesis's mixes, random flows).
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
         Command::Trial(args) => trial::run(&args),
         Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
+        Command::Trace(args) => trace::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -1,0 +1,245 @@
+//! `diodon tap`: flags and the TOML file become a [`TapJob`]; the library
+//! runs it until SIGINT/SIGTERM (or `--duration`); SIGHUP reloads the rule
+//! file; the summary is printed and mapped to the exit code.
+//!
+//! ```text
+//!  TapArgs + TapFile (tap keys; the rest is a FileConfig) ─► TapJob
+//!     (agents NAME[=MAC], --encap-if, --to + link settings) ─► tap::run_tap ─► TapSummary
+//! ```
+
+use crate::args::{FlowArg, TapArgs};
+use crate::config::{pick, FileConfig, Link};
+use crate::fatal::Fatal;
+use crate::stop::stop_flag;
+use anyhow::{anyhow, Context, Result};
+use diodon_apps::metrics::{self, Source};
+use diodon_apps::tap::stats::TapStats;
+use diodon_apps::tap::stream::SegmentPolicy;
+use diodon_apps::tap::{run_tap, AgentSpec, EncapOptions, TapJob};
+use diodon_apps::{report::Exit, SendOptions};
+use diodon_filter::{FlowMode, Mac};
+use diodon_io::UdpConfig;
+use diodon_proto::SenderConfig;
+use serde::Deserialize;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tap's keys in the TOML file; everything else is a link setting.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct TapFile {
+    #[serde(rename = "if")]
+    interface: Option<String>,
+    workers: Option<usize>,
+    rules: Option<PathBuf>,
+    flow: Option<FlowArg>,
+    #[serde(default)]
+    agent: Vec<String>,
+    encap_if: Option<String>,
+    ethertype: Option<String>,
+    segment_mb: Option<u64>,
+    segment_ms: Option<u64>,
+    ring_mb: Option<usize>,
+    duration: Option<f64>,
+    #[serde(flatten)]
+    rest: toml::Table,
+}
+
+/// `NAME` or `NAME=MAC`.
+fn agent(spec: &str) -> Result<AgentSpec> {
+    let (name, mac) = match spec.split_once('=') {
+        Some((n, m)) => {
+            let mac: Mac = m
+                .parse()
+                .map_err(|()| anyhow!("agent {n}: '{m}' is not a MAC address"))?;
+            (n, Some(mac))
+        }
+        None => (spec, None),
+    };
+    if name.is_empty() {
+        return Err(anyhow!("an agent needs a name (NAME or NAME=MAC)"));
+    }
+    Ok(AgentSpec {
+        name: name.to_owned(),
+        mac,
+    })
+}
+
+fn hex16(s: &str) -> Result<u16> {
+    let t = s.trim_start_matches("0x").trim_start_matches("0X");
+    u16::from_str_radix(t, 16).with_context(|| format!("EtherType '{s}' (hex, e.g. 0xF1F0)"))
+}
+
+fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
+    let tf: TapFile = match &args.link.config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+        }
+        None => TapFile::default(),
+    };
+    let file = FileConfig::from_table(tf.rest.clone(), args.link.config.as_deref())?;
+    let link = Link::merge(&args.link, &file)?;
+    let interface = pick(args.interface.as_ref(), tf.interface.as_ref())
+        .ok_or_else(|| anyhow!("--if IF (the capture interface) is required"))?;
+    let specs = if args.agents.is_empty() {
+        &tf.agent
+    } else {
+        &args.agents
+    };
+    let agents = specs.iter().map(|s| agent(s)).collect::<Result<Vec<_>>>()?;
+    let ethertype = match pick(args.ethertype.as_ref(), tf.ethertype.as_ref()) {
+        Some(t) => hex16(&t)?,
+        None => diodon_filter::frame::ethertype::TAP_ENCAP,
+    };
+    let encap = pick(args.encap_if.as_ref(), tf.encap_if.as_ref()).map(|interface| EncapOptions {
+        interface,
+        ethertype,
+    });
+    let diode = match args.to.or(file.to) {
+        Some(to) => {
+            let config = SenderConfig {
+                symbol_size: link.symbol_size(to)?,
+                block_symbols: link.block,
+                repair: link.repair,
+                interleave_depth: link.interleave,
+                rate: link.rate,
+                per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
+                integrity: link.integrity.clone(),
+                delta_t: link.delta_t,
+                beacon_interval: link.beacon,
+                ..SenderConfig::default()
+            };
+            config.validate()?;
+            let any = if to.is_ipv6() {
+                SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
+            } else {
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
+            };
+            let mut udp =
+                UdpConfig::new(pick(args.bind.as_ref(), file.bind.as_ref()).unwrap_or(any));
+            udp.device.clone_from(&link.device);
+            udp.sndbuf = Some(4 << 20);
+            let opts = SendOptions {
+                config,
+                dest: to,
+                udp,
+                queue_chunks: 64,
+                linger: Duration::from_millis(750),
+                on_sent: None,
+            };
+            let policy = SegmentPolicy {
+                max_bytes: args.segment_mb.or(tf.segment_mb).unwrap_or(16) << 20,
+                max_age: Duration::from_millis(args.segment_ms.or(tf.segment_ms).unwrap_or(1000)),
+            };
+            Some((opts, policy))
+        }
+        None => None,
+    };
+    let ring_mb = args.ring_mb.or(tf.ring_mb).unwrap_or(32).max(2);
+    Ok(TapJob {
+        interface,
+        workers: args.workers.or(tf.workers).unwrap_or(1).max(1),
+        ring_block: 1 << 20,
+        ring_blocks: ring_mb,
+        rules: pick(args.rules.as_ref(), tf.rules.as_ref()),
+        flow: match args.flow.or(tf.flow) {
+            Some(FlowArg::Ippair) => FlowMode::IpPair,
+            _ => FlowMode::FiveTuple,
+        },
+        agents,
+        encap,
+        diode,
+        reload_on_hangup: true,
+        stop: stop_flag(),
+        stats: Arc::new(TapStats::default()),
+        progress: Arc::default(),
+        capture_only: args.capture_only,
+    })
+    .map(|mut job| {
+        job.stats = Arc::new(TapStats::new(job.workers, job.agents.len()));
+        (job, link.json)
+    })
+    .map(|(job, json)| {
+        if let Some(d) = args.duration.or(tf.duration) {
+            let stop = Arc::clone(&job.stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+                stop.store(true, Ordering::Relaxed);
+            });
+        }
+        (job, json)
+    })
+}
+
+/// Runs `diodon tap`.
+pub fn run(args: &TapArgs) -> Result<Exit, Fatal> {
+    let (job, json) = build(args).map_err(Fatal::config)?;
+    // After the stop handler: SIGHUP means "reload", not "stop".
+    diodon_io::signal::count_hangups()
+        .context("installing the SIGHUP handler")
+        .map_err(Fatal::io)?;
+    if let Some(addr) = args.metrics {
+        let source = Source::Tap {
+            stats: Arc::clone(&job.stats),
+            progress: job.diode.as_ref().map(|_| Arc::clone(&job.progress)),
+        };
+        let peer = job
+            .diode
+            .as_ref()
+            .map_or(std::net::IpAddr::from(Ipv4Addr::LOCALHOST), |(o, _)| {
+                o.dest.ip()
+            });
+        metrics::serve(addr, source, peer, Some(job.interface.clone()))
+            .map_err(|e| Fatal::io(e.into()))?;
+    }
+    let summary = run_tap(&job, |_| {}).map_err(|e| Fatal(e.exit(), e.into()))?;
+    eprint!("{}", summary.text());
+    if json {
+        println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+    }
+    Ok(summary.exit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::LinkArgs;
+
+    #[test]
+    fn agents_and_ethertypes_parse() {
+        let a = agent("ids1=02:00:00:00:00:09").unwrap();
+        assert_eq!(a.name, "ids1");
+        assert_eq!(
+            a.mac.map(|m| m.to_string()).as_deref(),
+            Some("02:00:00:00:00:09")
+        );
+        assert!(agent("ids1=zz").is_err());
+        assert!(agent("=02:00:00:00:00:09").is_err());
+        assert_eq!(agent("x").unwrap().mac, None);
+        assert_eq!(hex16("0xF1F0").unwrap(), 0xf1f0);
+        assert!(hex16("0xnope").is_err());
+    }
+
+    #[test]
+    fn the_toml_file_has_the_tap_keys_and_the_link_keys() {
+        let tf: TapFile = toml::from_str(
+            "if = \"eth1\"\nworkers = 2\nagent = [\"a=02:00:00:00:00:01\", \"b=02:00:00:00:00:02\"]\nflow = \"ippair\"\nrate = \"100mbit\"\n",
+        )
+        .unwrap();
+        assert_eq!(tf.interface.as_deref(), Some("eth1"));
+        assert_eq!(tf.agent.len(), 2);
+        assert_eq!(tf.flow, Some(FlowArg::Ippair));
+        let f = FileConfig::from_table(tf.rest, None).unwrap();
+        assert!(Link::merge(&LinkArgs::default(), &f).is_ok());
+        let bad: TapFile = toml::from_str("if = \"eth1\"\nbogus = 1\n").unwrap();
+        assert!(
+            FileConfig::from_table(bad.rest, None).is_err(),
+            "unknown keys are refused"
+        );
+    }
+}
