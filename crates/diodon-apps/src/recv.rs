@@ -587,6 +587,7 @@ impl Decoder {
                             && self.core.skip_channel(key.channel)
                         {
                             self.decided += 1;
+                            self.progress.status.closed(key);
                         }
                     }
                     SinkSignal::Fail(_) => {}
