@@ -127,7 +127,7 @@ impl TrialCtx<'_> {
             trial,
             sender_rc: ended.sender_rc,
             receiver_rc,
-            xfer_time: ended.t1.duration_since(t0).as_secs_f64(),
+            xfer_time: Row::recorded_seconds(ended.t1.duration_since(t0)),
             xfer_success: reason.is_empty(),
             in_file_size: self.in_size,
             out_file_size: out_size,

@@ -111,6 +111,14 @@ fn na<T: ToString>(v: Option<T>) -> String {
 }
 
 impl Row {
+    /// A transfer time as `trials.csv` records it (milliseconds): rows
+    /// measured in this run then report exactly what the same rows read back
+    /// from the file report (`--report-only`), even where an average falls
+    /// on a rounding boundary.
+    pub fn recorded_seconds(d: std::time::Duration) -> f64 {
+        (d.as_secs_f64() * 1000.0).round() / 1000.0
+    }
+
     /// One CSV line (no newline).
     pub fn csv(&self) -> String {
         let c = &self.config;
@@ -318,6 +326,12 @@ mod tests {
         r.config.tool = Tool::Pydiode(2);
         let back = Row::from_csv(&r.csv()).expect("parses");
         assert_eq!(back, r);
+        for ns in [1, 94_500_000, 95_499_999, 5_066_500_000, 123_456_789_012] {
+            let mut r = row();
+            r.xfer_time = Row::recorded_seconds(std::time::Duration::from_nanos(ns));
+            let back = Row::from_csv(&r.csv()).expect("parses");
+            assert_eq!(back.xfer_time.to_bits(), r.xfer_time.to_bits(), "{ns} ns");
+        }
         assert!(Row::from_csv("diodon,1,2").is_err());
         let mut bad = r.csv();
         bad = bad.replacen("pydiode-r2", "ftp", 1);
