@@ -91,6 +91,21 @@ pub fn kernel_delta(before: Option<UdpSnmp>, after: Option<UdpSnmp>) -> Snapshot
     }
 }
 
+/// The shortest run whose rate a summary states: below it, start-up and
+/// the last datagram's timing dominate and the quotient means nothing (a
+/// 48 KB file "arrives" faster than the link).
+const SHORTEST_RATED_RUN_S: f64 = 0.2;
+
+/// "1.234 s = 56.7 Mbit/s goodput", or the duration alone for a run too
+/// short to state a rate.
+fn rate_text(duration_s: f64, mbps: f64) -> String {
+    if duration_s >= SHORTEST_RATED_RUN_S {
+        format!("{duration_s:.3} s = {mbps:.1} Mbit/s goodput")
+    } else {
+        format!("{duration_s:.3} s (too short a run to state a rate)")
+    }
+}
+
 fn mbps(bytes: u64, d: Duration) -> f64 {
     let s = d.as_secs_f64();
     if s > 0.0 {
@@ -213,8 +228,10 @@ impl SendSummary {
         }
         let _ = writeln!(
             s,
-            "  {} bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
-            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+            "  {} bytes in {}, {:.2} s CPU",
+            self.bytes,
+            rate_text(self.duration_s, self.goodput_mbps),
+            self.cpu_s
         );
         let _ = writeln!(
             s,
@@ -394,6 +411,28 @@ impl RecvSummary {
         }
     }
 
+    /// The file sink's lines of [`RecvSummary::text`]: a full disk, the quarantine.
+    fn file_sink_text(&self, s: &mut String) {
+        if let Some(f) = &self.file_sink {
+            if f.no_space > 0 {
+                let _ = writeln!(
+                    s,
+                    "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
+                    f.no_space, f.freed
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
+                f.quarantine_entries,
+                f.quarantine_bytes,
+                f.quarantine_evictions,
+                f.quarantine_evicted,
+                f.reason_errors
+            );
+        }
+    }
+
     /// The link's lines of [`RecvSummary::text`]: nothing arrived, alarms.
     fn link_text(&self, s: &mut String) {
         if self.nothing_arrived {
@@ -442,28 +481,13 @@ impl RecvSummary {
             s.push_str(&tunnel_sink_line(t));
         }
         self.packet_text(&mut s);
-        if let Some(f) = &self.file_sink {
-            if f.no_space > 0 {
-                let _ = writeln!(
-                    s,
-                    "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
-                    f.no_space, f.freed
-                );
-            }
-            let _ = writeln!(
-                s,
-                "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
-                f.quarantine_entries,
-                f.quarantine_bytes,
-                f.quarantine_evictions,
-                f.quarantine_evicted,
-                f.reason_errors
-            );
-        }
+        self.file_sink_text(&mut s);
         let _ = writeln!(
             s,
-            "  {} verified bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
-            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+            "  {} verified bytes in {}, {:.2} s CPU",
+            self.bytes,
+            rate_text(self.duration_s, self.goodput_mbps),
+            self.cpu_s
         );
         let _ = writeln!(
             s,
@@ -477,13 +501,15 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  rejected: bad check {} invalid {} stale session {} duplicates {} late {} expired {}",
+            "  rejected: bad check {} invalid {} stale session {} duplicates {} expired {}; \
+             not needed: {} late (repair symbols of blocks already complete, datagrams of \
+             channels already decided: normal with FEC)",
             c.get("bad_check"),
             self.invalid,
             c.get("stale_session"),
             c.get("duplicates"),
-            c.get("late"),
-            c.get("expired")
+            c.get("expired"),
+            c.get("late")
         );
         let _ = writeln!(
             s,
@@ -595,6 +621,15 @@ mod tests {
             .map(Exit::code),
             [0, 1, 2, 3, 4, 130]
         );
+    }
+
+    #[test]
+    fn a_rate_is_stated_only_for_a_run_long_enough_to_mean_it() {
+        assert_eq!(
+            rate_text(0.05, 7_680.0),
+            "0.050 s (too short a run to state a rate)"
+        );
+        assert_eq!(rate_text(2.0, 812.34), "2.000 s = 812.3 Mbit/s goodput");
     }
 
     #[test]
