@@ -23,7 +23,7 @@
 //! sink like any other verdict (quarantine, reset connection).
 
 use crate::health::{self, HealthMonitor, LinkHealth};
-pub use crate::outcome::{ChannelKey, ChannelOutcome, Verdict};
+pub use crate::outcome::{ChannelKey, ChannelOutcome, OutcomeTally, Verdict};
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::status::StatusBoard;
 use crate::PipelineError;
@@ -142,6 +142,8 @@ pub struct RecvOptions {
     /// Give up when no valid datagram arrived this long after the start
     /// ([`RecvReport::nothing_arrived`]).
     pub give_up_after: Option<Duration>,
+    /// The report lists the last this many channels (all are counted).
+    pub list_channels: usize,
 }
 
 diodon_counters::counters! {
@@ -205,8 +207,16 @@ pub struct RecvReport {
     pub rcvbuf: usize,
     /// Setup warnings (capped buffer, …).
     pub warnings: Vec<SetupWarning>,
-    /// Every channel's outcome, in decision order.
+    /// The last channels' outcomes (`list_channels` of them), in decision order.
     pub channels: Vec<ChannelOutcome>,
+    /// Channels verified, all of them.
+    pub channels_verified: u64,
+    /// Channels failed, all of them.
+    pub channels_failed: u64,
+    /// Bytes of every verified channel.
+    pub verified_bytes: u64,
+    /// Outcomes decided but not listed in `channels`.
+    pub channels_unlisted: u64,
     /// First datagram to last verdict.
     pub duration: Duration,
     /// Sessions seen.
@@ -220,10 +230,7 @@ pub struct RecvReport {
 impl RecvReport {
     /// Channels that were not verified.
     pub fn failed(&self) -> usize {
-        self.channels
-            .iter()
-            .filter(|c| matches!(c.verdict, Verdict::Failed { .. }))
-            .count()
+        usize::try_from(self.channels_failed).unwrap_or(usize::MAX)
     }
 }
 
@@ -286,9 +293,10 @@ pub fn run_receiver<S: Sink>(
         })
         .map_err(|_| PipelineError::Thread("net"))?;
     let writer_progress = Arc::clone(progress);
+    let list = opts.list_channels;
     let writer = thread::Builder::new()
         .name("diodon-writer".into())
-        .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress))
+        .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress, list))
         .map_err(|_| PipelineError::Thread("writer"))?;
 
     let mut dec = Decoder::new(opts, clock, ev_tx, progress, S::admit);
@@ -318,7 +326,7 @@ pub fn run_receiver<S: Sink>(
     } = dec;
     drop(ev_tx);
     let net_result = net.join().map_err(|_| PipelineError::Thread("net"))?;
-    let channels = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
+    let tally = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
     result?;
     let (socket_datagrams, queue_full, final_drops) = net_result?;
     Ok(RecvReport {
@@ -328,7 +336,11 @@ pub fn run_receiver<S: Sink>(
         queue_full,
         rcvbuf: setup.rcvbuf,
         warnings: setup.warnings,
-        channels,
+        channels: tally.listed.into(),
+        channels_verified: tally.verified,
+        channels_failed: tally.failed,
+        verified_bytes: tally.verified_bytes,
+        channels_unlisted: tally.unlisted,
         duration: match (first, last_verdict) {
             (Some(a), Some(b)) => b.saturating_duration_since(a),
             _ => Duration::ZERO,
@@ -387,14 +399,16 @@ fn net_loop(
     Ok((total, queue_full, drops))
 }
 
-/// The writer thread: feeds the sink, returns every channel's outcome.
+/// The writer thread: feeds the sink, returns the outcomes' tally (the
+/// last `list` of them listed).
 fn writer_loop<S: Sink>(
     mut sink: S,
     rx: &Rx<SinkEvent>,
     fail: &mpsc::Sender<SinkError>,
     progress: &RecvProgress,
-) -> Vec<ChannelOutcome> {
-    let mut outcomes = Vec::new();
+    list: usize,
+) -> OutcomeTally {
+    let mut outcomes = OutcomeTally::new(list);
     while let Ok(ev) = rx.recv() {
         match sink.handle(ev) {
             Ok(Some(outcome)) => {
@@ -409,7 +423,7 @@ fn writer_loop<S: Sink>(
                     }
                 }
                 progress.status.decided(&outcome, unix_time_ms());
-                outcomes.push(outcome);
+                outcomes.add(outcome);
             }
             Ok(None) => {}
             Err(e) => {

@@ -328,6 +328,10 @@ pub struct RecvSummary {
     /// `--timeout` passed without a valid datagram.
     #[serde(default)]
     pub nothing_arrived: bool,
+    /// Channels decided but not in `channels` (which lists the last
+    /// `--list-channels`; each was logged when decided).
+    #[serde(default)]
+    pub channels_unlisted: u64,
     /// The link's alarm counters over the run.
     #[serde(default)]
     pub link: Snapshot,
@@ -339,12 +343,7 @@ pub struct RecvSummary {
 impl RecvSummary {
     /// From the report.
     pub fn new(r: &RecvReport, kernel: Snapshot, cpu_s: f64) -> Self {
-        let verified_bytes = r
-            .channels
-            .iter()
-            .filter(|c| matches!(c.verdict, Verdict::Verified { .. }))
-            .map(|c| c.bytes)
-            .sum();
+        let verified_bytes = r.verified_bytes;
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
             dropped_packets: r.socket_drops,
@@ -357,8 +356,9 @@ impl RecvSummary {
             goodput_mbps: mbps(verified_bytes, r.duration),
             cpu_s,
             invalid: r.stats.invalid(),
-            channels_complete: r.channels.len() - r.failed(),
+            channels_complete: usize::try_from(r.channels_verified).unwrap_or(usize::MAX),
             channels_failed: r.failed(),
+            channels_unlisted: r.channels_unlisted,
             queue_full_waits: r.queue_full,
             rcvbuf: r.rcvbuf,
             mismatches: r.mismatches.clone(),
@@ -527,6 +527,14 @@ impl RecvSummary {
             "  channels complete {}, failed {}",
             self.channels_complete, self.channels_failed
         );
+        if self.channels_unlisted > 0 {
+            let _ = writeln!(
+                s,
+                "  (the last {} are listed; {} earlier ones were logged when decided)",
+                self.channels.len(),
+                self.channels_unlisted
+            );
+        }
         for ch in &self.channels {
             match &ch.verdict {
                 Verdict::Verified { blake3 } => {
@@ -650,6 +658,10 @@ mod tests {
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),
             nothing_arrived: false,
+            channels_verified: 0,
+            channels_failed: 0,
+            verified_bytes: 0,
+            channels_unlisted: 0,
         };
         let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
         let json = serde_json::to_string(&s).expect("serialises");

@@ -209,6 +209,11 @@ pub struct RecvArgs {
     /// 250 ms while it runs. Default 5.
     #[arg(long, value_name = "SECS")]
     pub alarm_silence: Option<f64>,
+    /// The summary lists the last N channels (every channel is counted, and
+    /// each was logged when decided): a receiver that runs for months keeps
+    /// its memory flat. Default 10000.
+    #[arg(long, value_name = "N")]
+    pub list_channels: Option<usize>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,

@@ -105,6 +105,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             expect_channels: s.channels,
             silence_alarm: s.alarm_silence,
             give_up_after: s.timeout,
+            list_channels: s.list_channels,
         },
         output,
         metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
