@@ -7,17 +7,11 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use serde_json::Value;
-use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
-
-fn free_udp() -> String {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().to_string()
-}
 
 fn send_dir(to: &str, dir: &Path) {
     let st = Command::new(BIN)
@@ -66,7 +60,7 @@ fn summary(child: Child) -> Value {
 #[test]
 fn a_long_run_counts_every_channel_lists_the_last_and_stays_flat() {
     let dir = tempfile::tempdir().unwrap();
-    let data = free_udp();
+    let data = diodon_testkit::free_udp().to_string();
     let per_run = 1_000;
     let runs: usize = std::env::var("LONG_RUN_RUNS")
         .ok()
