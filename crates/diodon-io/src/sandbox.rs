@@ -207,8 +207,9 @@ pub enum LandlockLevel {
     Full(u8),
     /// Enforced with the rights this kernel ABI knows (older kernel).
     Partial(u8),
-    /// No Landlock here (not built, not enabled at boot, or its system
-    /// calls refused by a filter the process runs under).
+    /// Not enforced: no Landlock here (not built, not enabled at boot, or
+    /// its system calls refused by a filter the process runs under), or
+    /// only ABI 1, which cannot allow renames between folders.
     Unsupported,
 }
 
@@ -220,7 +221,7 @@ impl fmt::Display for LandlockLevel {
             LandlockLevel::Unsupported => {
                 write!(
                     f,
-                    "Landlock unavailable (not in this kernel, or its calls filtered)"
+                    "Landlock not enforced (kernel without it or before ABI 2, or its calls filtered)"
                 )
             }
         }
@@ -433,7 +434,14 @@ fn landlock(rules: &Landlock) -> Result<(LandlockLevel, Vec<PathBuf>), SandboxEr
             }
         }
     }
+    // ABI 1 denies every rename between folders (staging → final place):
+    // without the right that allows it (ABI 2), no Landlock at all rather
+    // than a receiver that cannot deliver.
     let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::SoftRequirement)
+        .handle_access(AccessFs::Refer)
+        .map_err(|e| err(&e))?
+        .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(abi))
         .map_err(|e| err(&e))?
         .handle_access(AccessNet::from_all(abi))
