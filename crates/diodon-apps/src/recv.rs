@@ -271,6 +271,18 @@ pub fn run_receiver<S: Sink>(
     stop: &Arc<AtomicBool>,
 ) -> Result<RecvReport, PipelineError> {
     let udp = BatchReceiver::open(&opts.udp)?;
+    run_receiver_on(udp, opts, sink, progress, stop)
+}
+
+/// [`run_receiver`] on a socket already opened from `opts.udp` (a caller
+/// that restricts itself opens the socket first, with its privileges).
+pub fn run_receiver_on<S: Sink>(
+    udp: BatchReceiver,
+    opts: &RecvOptions,
+    sink: S,
+    progress: &Arc<RecvProgress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<RecvReport, PipelineError> {
     let setup = udp.setup().clone();
     tracing::info!(local = %setup.local, rcvbuf = setup.rcvbuf, gro = setup.gro, "receiver listening");
     for w in &setup.warnings {

@@ -148,6 +148,9 @@ pub struct SendArgs {
     /// Keep sending beacons this long after the last channel (ms). Default 750.
     #[arg(long, value_name = "MS")]
     pub linger: Option<u64>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -233,9 +236,25 @@ pub struct RecvArgs {
     /// first. Default 1000.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub quarantine_entries: Option<u64>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
+}
+
+/// What the process keeps once its socket and outputs are open (`send`, `recv`).
+#[derive(Debug, Args, Default)]
+pub struct SandboxArgs {
+    /// Once the socket and the outputs are open, run as this user and its
+    /// group, keeping no capability (needs root to start).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Do not restrict the process once set up (no no-new-privileges, Landlock
+    /// or seccomp filter); --user still applies.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// How flows are keyed for agent assignment.

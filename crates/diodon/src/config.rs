@@ -51,7 +51,8 @@ pub struct FileConfig {
     expected_loss: Option<f64>,
     block: Option<u16>,
     interleave: Option<u8>,
-    key_file: Option<PathBuf>,
+    /// `key-file` (both sides).
+    pub key_file: Option<PathBuf>,
     beacon: Option<u64>,
     delta_t: Option<u64>,
     device: Option<String>,
@@ -89,6 +90,10 @@ pub struct FileConfig {
     pub flush: Option<u64>,
     /// `no-probe` (tunnel send).
     pub no_probe: Option<bool>,
+    /// `user` (send, recv): the user to run as once set up.
+    pub user: Option<String>,
+    /// `no-sandbox` (send, recv).
+    pub no_sandbox: Option<bool>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command
