@@ -17,7 +17,7 @@
 #
 # Usage: scripts/bench-tap.sh [--tables-only | --throughput-only] [--frames N]
 #                             [--sizes "64 512 1518"] [--no-record]
-# Needs root, tcpreplay and tcpdump (scripts/setup.sh installs them).
+# Needs root, tcpreplay and tcpdump (DIODON_SETUP=tests scripts/setup.sh installs them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

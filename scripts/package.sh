@@ -11,6 +11,8 @@
 # edit it, `systemctl enable --now diodon-recv@NAME`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tests' tools too (trial peers, tap tools, chromium, systemd-analyze).
+export DIODON_SETUP=tests
 # shellcheck disable=SC1091
 source scripts/setup.sh
 CARGO_DEB_VERSION=3.8.0

@@ -2,7 +2,9 @@
 # setup.sh — installs what Diodon's build, tests and demo need on a fresh
 # Debian machine: a Rust toolchain (rustup, stable, with rustfmt and clippy)
 # and, when run as root, the system tools the software diode uses
-# (iproute2, nftables, ethtool), the trial harness compares against
+# (iproute2, nftables, ethtool) — all the demo needs. With
+# DIODON_SETUP=tests (scripts/test.sh and scripts/package.sh set it) also
+# what the tests use: what the trial harness compares against
 # (netcat-openbsd, pydiode in a venv) and the tap's tests use (tcpreplay,
 # tcpdump, softflowd, nfdump, python3-scapy) and the package's checks use
 # (systemd-analyze, man) and the dashboard's test uses (chromium). Idempotent: installs only what is missing.
@@ -29,33 +31,39 @@ fi
 
 if [[ $(id -u) -eq 0 ]]; then
     missing=()
+    # What the software diode and the build need (the demo needs no more).
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     command -v nft >/dev/null 2>&1 || missing+=(nftables)
     command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
     command -v cc >/dev/null 2>&1 || missing+=(build-essential)
-    # The trial harness compares against OpenBSD netcat and labels its plots.
-    command -v nc.openbsd >/dev/null 2>&1 || missing+=(netcat-openbsd)
-    [[ -d /usr/share/fonts/truetype/dejavu ]] || missing+=(fonts-dejavu-core)
-    # The tap's end-to-end tests and benchmark: replay traces, capture, a
-    # flow exporter and its collector, scapy for hand-made traces.
-    command -v tcpreplay >/dev/null 2>&1 || missing+=(tcpreplay)
-    command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
-    command -v softflowd >/dev/null 2>&1 || missing+=(softflowd)
-    command -v nfcapd >/dev/null 2>&1 || missing+=(nfdump)
-    command -v bridge >/dev/null 2>&1 || missing+=(iproute2)
-    command -v jq >/dev/null 2>&1 || missing+=(jq)
-    # The package's checks: unit verification and the man pages it names.
-    command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
-    command -v man >/dev/null 2>&1 || missing+=(man-db)
-    # The dashboard's test renders the page in a real headless browser.
-    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-    /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || missing+=(python3-scapy)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    if [[ ${DIODON_SETUP:-} == tests ]]; then
+        # The trial harness compares against OpenBSD netcat and labels its plots.
+        command -v nc.openbsd >/dev/null 2>&1 || missing+=(netcat-openbsd)
+        [[ -d /usr/share/fonts/truetype/dejavu ]] || missing+=(fonts-dejavu-core)
+        # The tap's end-to-end tests and benchmark: replay traces, capture, a
+        # flow exporter and its collector, scapy for hand-made traces.
+        command -v tcpreplay >/dev/null 2>&1 || missing+=(tcpreplay)
+        command -v tcpdump >/dev/null 2>&1 || missing+=(tcpdump)
+        command -v softflowd >/dev/null 2>&1 || missing+=(softflowd)
+        command -v nfcapd >/dev/null 2>&1 || missing+=(nfdump)
+        command -v bridge >/dev/null 2>&1 || missing+=(iproute2)
+        command -v jq >/dev/null 2>&1 || missing+=(jq)
+        /usr/bin/python3 -c 'import scapy' >/dev/null 2>&1 || missing+=(python3-scapy)
+        # The package's checks: unit verification and the man pages it names.
+        command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+        command -v man >/dev/null 2>&1 || missing+=(man-db)
+        # The dashboard's test renders the page in a real headless browser.
+        command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    fi
     if ((${#missing[@]})); then
         echo "setup: apt-get install ${missing[*]}" >&2
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
-    # ... and against pydiode (PyPI, redundancy 1 and 2).
-    "$(dirname "${BASH_SOURCE[0]}")/install-pydiode.sh" ||
-        echo "setup: WARNING: pydiode could not be installed; trial tests with pydiode will fail under CI" >&2
+    if [[ ${DIODON_SETUP:-} == tests ]]; then
+        # ... and the trial harness against pydiode (PyPI, redundancy 1 and 2).
+        "$(dirname "${BASH_SOURCE[0]}")/install-pydiode.sh" ||
+            echo "setup: WARNING: pydiode could not be installed; trial tests with pydiode will fail under CI" >&2
+    fi
 fi

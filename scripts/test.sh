@@ -5,6 +5,8 @@
 # message (with CI=true they fail instead of skipping).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tests' tools too (trial peers, tap tools, chromium, systemd-analyze).
+export DIODON_SETUP=tests
 # shellcheck disable=SC1091
 source scripts/setup.sh
 exec cargo test --workspace "$@"

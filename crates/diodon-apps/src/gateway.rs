@@ -13,25 +13,32 @@
 //!  both:   --metrics thread (metrics::serve), kernel UDP MIB before/after,
 //!          process CPU seconds; watch(&progress) every 100 ms meanwhile
 //! ```
+//!
+//! Each run has two halves so that a process can restrict itself in
+//! between (`crate::sandbox`): `open_send` / `open_recv` do what may need
+//! privilege and start no thread (sockets bound and sized, outputs opened,
+//! the metrics listener bound); `OpenedSend::run` / `OpenedRecv::run`
+//! start the threads and run to the end. `run_send` / `run_recv` do both.
 
 use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
-use crate::metrics::{self, MetricsError};
+use crate::metrics::{self, MetricsError, MetricsListener};
 use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
-use crate::recv::{run_receiver, RecvOptions, RecvProgress, RecvReport, Sink};
+use crate::recv::{run_receiver_on, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
-use crate::send::{run_sender, SendOptions, SendProgress};
+use crate::send::{run_sender_on, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
 use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
 use crate::tunnel::{
     serve_tunnel, TunSink, TunnelSinkStats, TunnelSourceOptions, TunnelSourceStats,
 };
 use crate::udp_flow::{
-    serve_udp, UdpForwardSink, UdpForwardStats, UdpSourceOptions, UdpSourceStats,
+    open_udp_source, serve_udp, serve_udp_on, UdpForwardSink, UdpForwardStats, UdpSourceOptions,
+    UdpSourceStats,
 };
 use crate::PipelineError;
 use diodon_counters::CounterSet;
 use diodon_io::counters::process_cpu_seconds;
-use diodon_io::UdpSnmp;
+use diodon_io::{BatchReceiver, BatchSender, UdpSnmp};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,89 +157,153 @@ pub struct SendJob {
 /// Runs a sender to the end; `watch` sees the live progress meanwhile.
 pub fn run_send(
     job: SendJob,
-    mut watch: impl FnMut(&SendProgress),
+    watch: impl FnMut(&SendProgress),
 ) -> Result<SendSummary, GatewayError> {
+    open_send(job)?.run(watch)
+}
+
+/// A sender whose privileged setup is done and that has started nothing:
+/// its socket is bound and sized, the UDP flows' listening socket bound,
+/// its metrics listener bound (see [`OpenedRecv`]).
+#[derive(Debug)]
+pub struct OpenedSend {
+    opts: SendOptions,
+    udp: BatchSender,
+    input: OpenedInput,
+    metrics: Option<MetricsListener>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Debug)]
+enum OpenedInput {
+    Ready(SendInput),
+    Udp(Box<(BatchReceiver, UdpSourceOptions)>),
+}
+
+/// Does everything of a sender's run that may need privilege (see
+/// [`open_recv`]). Starts no thread.
+pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
     let SendJob {
         opts,
         input,
         metrics,
         stop,
     } = job;
-    let progress = Arc::new(SendProgress::default());
-    if let SendInput::Files(files) = &input {
-        let total: u64 = files
-            .iter()
-            .filter_map(|f| std::fs::metadata(&f.path).ok())
-            .map(|m| m.len())
-            .sum();
-        progress.total_hint.store(total, Ordering::Relaxed);
-    }
-    let udp_stats = matches!(input, SendInput::Udp(_)).then(|| Arc::new(UdpSourceStats::default()));
-    let tunnel_stats =
-        matches!(input, SendInput::Tunnel(_)).then(|| Arc::new(TunnelSourceStats::default()));
-    if let Some(m) = metrics {
-        let source = metrics::Source::Send {
-            progress: Arc::clone(&progress),
-            udp: udp_stats.clone(),
-            tunnel: tunnel_stats.clone(),
-            sync: None,
-        };
-        metrics::serve(m.addr, source, m.peer, m.device)?;
-    }
-    let (handle, queue) = crate::send::queue(opts.queue_chunks);
-    let source_stop = Arc::clone(&stop);
-    let source_stats = udp_stats.clone();
-    let source_tunnel = tunnel_stats.clone();
-    let source = thread::Builder::new()
-        .name("diodon-source".into())
-        .spawn(move || -> usize {
-            let failed = |what: &str, e: &dyn std::fmt::Display| {
-                tracing::error!("{what}: {e}");
-                1
-            };
-            match input {
-                SendInput::Udp(o) => {
-                    let st = source_stats.unwrap_or_default();
-                    serve_udp(&o, &handle, &source_stop, &st)
-                        .map_or_else(|e| failed("UDP listener", &e), |()| 0)
-                }
-                SendInput::Tunnel(o) => {
-                    let st = source_tunnel.unwrap_or_default();
-                    serve_tunnel(&o, &handle, &source_stop, &st)
-                        .map_or_else(|e| failed("tunnel", &e), |()| 0)
-                }
-                SendInput::Tcp(l) => serve_tcp(&l, &handle, &source_stop)
-                    .map_or_else(|e| failed("TCP listener", &e), |()| 0),
-                SendInput::Stdin => send_reader(std::io::stdin().lock(), "stdin", &handle)
-                    .map_or_else(|e| failed("stdin", &e), |_| 0),
-                SendInput::Files(files) => send_files(&files, &handle),
-            }
-        })
-        .map_err(GatewayError::io("starting the source thread"))?;
-
-    let before = UdpSnmp::read().ok();
-    let cpu0 = process_cpu_seconds();
-    // UDP flows end gracefully on a signal: the source finishes every flow
-    // and the core drains (instead of aborting the open channels).
-    let core_stop = if udp_stats.is_some() || tunnel_stats.is_some() {
-        Arc::new(AtomicBool::new(false))
-    } else {
-        Arc::clone(&stop)
+    let udp = BatchSender::open(&opts.udp).map_err(PipelineError::from)?;
+    let metrics = metrics
+        .map(|m| metrics::bind(m.addr, m.peer, m.device))
+        .transpose()?;
+    let input = match input {
+        SendInput::Udp(o) => {
+            let sock = open_udp_source(&o).map_err(PipelineError::from)?;
+            OpenedInput::Udp(Box::new((sock, o)))
+        }
+        other => OpenedInput::Ready(other),
     };
-    let core_progress = Arc::clone(&progress);
-    let report = run_watched(
-        "sender",
-        move || run_sender(&opts, &queue, core_progress, &core_stop),
-        || watch(&progress),
-    )??;
-    stop.store(true, Ordering::Relaxed);
-    let source_errors = source.join().unwrap_or(1);
-    let kernel = kernel_delta(before, UdpSnmp::read().ok());
-    let mut summary =
-        SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, source_errors);
-    summary.udp_source = udp_stats.map(|s| s.snapshot());
-    summary.tunnel = tunnel_stats.map(|s| s.snapshot());
-    Ok(summary)
+    Ok(OpenedSend {
+        opts,
+        udp,
+        input,
+        metrics,
+        stop,
+    })
+}
+
+impl OpenedSend {
+    /// Starts the metrics thread, the source and the core and runs to the
+    /// end; `watch` sees the live progress meanwhile.
+    pub fn run(self, mut watch: impl FnMut(&SendProgress)) -> Result<SendSummary, GatewayError> {
+        let OpenedSend {
+            opts,
+            udp,
+            input,
+            metrics,
+            stop,
+        } = self;
+        let progress = Arc::new(SendProgress::default());
+        if let OpenedInput::Ready(SendInput::Files(files)) = &input {
+            let total: u64 = files
+                .iter()
+                .filter_map(|f| std::fs::metadata(&f.path).ok())
+                .map(|m| m.len())
+                .sum();
+            progress.total_hint.store(total, Ordering::Relaxed);
+        }
+        let udp_stats =
+            matches!(input, OpenedInput::Udp(..)).then(|| Arc::new(UdpSourceStats::default()));
+        let tunnel_stats = matches!(input, OpenedInput::Ready(SendInput::Tunnel(_)))
+            .then(|| Arc::new(TunnelSourceStats::default()));
+        if let Some(m) = metrics {
+            m.serve(metrics::Source::Send {
+                progress: Arc::clone(&progress),
+                udp: udp_stats.clone(),
+                tunnel: tunnel_stats.clone(),
+                sync: None,
+            })?;
+        }
+        let (handle, queue) = crate::send::queue(opts.queue_chunks);
+        let source_stop = Arc::clone(&stop);
+        let source_stats = udp_stats.clone();
+        let source_tunnel = tunnel_stats.clone();
+        let source = thread::Builder::new()
+            .name("diodon-source".into())
+            .spawn(move || -> usize {
+                let failed = |what: &str, e: &dyn std::fmt::Display| {
+                    tracing::error!("{what}: {e}");
+                    1
+                };
+                match input {
+                    OpenedInput::Udp(udp) => {
+                        let (sock, o) = *udp;
+                        let st = source_stats.unwrap_or_default();
+                        serve_udp_on(sock, &o, &handle, &source_stop, &st)
+                            .map_or_else(|e| failed("UDP listener", &e), |()| 0)
+                    }
+                    OpenedInput::Ready(SendInput::Udp(o)) => {
+                        let st = source_stats.unwrap_or_default();
+                        serve_udp(&o, &handle, &source_stop, &st)
+                            .map_or_else(|e| failed("UDP listener", &e), |()| 0)
+                    }
+                    OpenedInput::Ready(SendInput::Tunnel(o)) => {
+                        let st = source_tunnel.unwrap_or_default();
+                        serve_tunnel(&o, &handle, &source_stop, &st)
+                            .map_or_else(|e| failed("tunnel", &e), |()| 0)
+                    }
+                    OpenedInput::Ready(SendInput::Tcp(l)) => serve_tcp(&l, &handle, &source_stop)
+                        .map_or_else(|e| failed("TCP listener", &e), |()| 0),
+                    OpenedInput::Ready(SendInput::Stdin) => {
+                        send_reader(std::io::stdin().lock(), "stdin", &handle)
+                            .map_or_else(|e| failed("stdin", &e), |_| 0)
+                    }
+                    OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, &handle),
+                }
+            })
+            .map_err(GatewayError::io("starting the source thread"))?;
+
+        let before = UdpSnmp::read().ok();
+        let cpu0 = process_cpu_seconds();
+        // UDP flows end gracefully on a signal: the source finishes every flow
+        // and the core drains (instead of aborting the open channels).
+        let core_stop = if udp_stats.is_some() || tunnel_stats.is_some() {
+            Arc::new(AtomicBool::new(false))
+        } else {
+            Arc::clone(&stop)
+        };
+        let core_progress = Arc::clone(&progress);
+        let report = run_watched(
+            "sender",
+            move || run_sender_on(udp, &opts, &queue, core_progress, &core_stop),
+            || watch(&progress),
+        )??;
+        stop.store(true, Ordering::Relaxed);
+        let source_errors = source.join().unwrap_or(1);
+        let kernel = kernel_delta(before, UdpSnmp::read().ok());
+        let mut summary =
+            SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, source_errors);
+        summary.udp_source = udp_stats.map(|s| s.snapshot());
+        summary.tunnel = tunnel_stats.map(|s| s.snapshot());
+        Ok(summary)
+    }
 }
 
 /// Where the receiver's channels go.
@@ -278,107 +349,202 @@ pub struct RecvJob {
 /// Runs a receiver to the end; `watch` sees the live progress meanwhile.
 pub fn run_recv(
     job: RecvJob,
-    mut watch: impl FnMut(&RecvProgress),
+    watch: impl FnMut(&RecvProgress),
 ) -> Result<RecvSummary, GatewayError> {
+    open_recv(job)?.run(watch)
+}
+
+/// A receiver whose privileged setup is done and that has started nothing:
+/// its socket is bound and sized, its output open, its metrics listener
+/// bound. What is left ([`OpenedRecv::run`]) needs no privilege, so the
+/// process can restrict itself in between ([`crate::sandbox`]).
+#[derive(Debug)]
+pub struct OpenedRecv {
+    opts: RecvOptions,
+    udp: BatchReceiver,
+    sink: OpenedSink,
+    metrics: Option<MetricsListener>,
+    stop: Arc<AtomicBool>,
+    forward: Option<Arc<UdpForwardStats>>,
+    files: Option<Arc<FileSinkStats>>,
+    tunnel: Option<Arc<TunnelSinkStats>>,
+    packets: Option<Arc<PacketSinkStats>>,
+}
+
+/// An output, opened as far as it can be before the first channel.
+#[derive(Debug)]
+enum OpenedSink {
+    Dir(Box<FileSink>),
+    Stdout,
+    Tcp(SocketAddr),
+    UdpForward(SocketAddr),
+    Tun(TunSink),
+    Packets(PacketOutput),
+}
+
+/// Does everything of a receiver's run that may need privilege: binds and
+/// sizes the socket (`SO_RCVBUFFORCE`, `SO_BINDTODEVICE`), opens the output
+/// (folder, TUN; the pcap folder is created), binds the metrics listener.
+/// Starts no thread.
+pub fn open_recv(job: RecvJob) -> Result<OpenedRecv, GatewayError> {
     let RecvJob {
         opts,
         output,
         metrics,
         stop,
     } = job;
-    let progress = Arc::new(RecvProgress::default());
-    let forward =
-        matches!(output, RecvOutput::UdpForward(_)).then(|| Arc::new(UdpForwardStats::default()));
-    let file_stats =
-        matches!(output, RecvOutput::Dir { .. }).then(|| Arc::new(FileSinkStats::default()));
-    let tun_stats =
-        matches!(output, RecvOutput::Tun { .. }).then(|| Arc::new(TunnelSinkStats::default()));
-    let packet_stats =
-        matches!(output, RecvOutput::Packets(_)).then(|| Arc::new(PacketSinkStats::default()));
-    if let Some(m) = metrics {
-        let source = metrics::Source::Recv {
-            progress: Arc::clone(&progress),
-            udp: forward.clone(),
-            files: file_stats.clone(),
-            tunnel: tun_stats.clone(),
-            packets: packet_stats.clone(),
-        };
-        metrics::serve(m.addr, source, m.peer, m.device)?;
-    }
-    let before = UdpSnmp::read().ok();
-    let cpu0 = process_cpu_seconds();
-    let mut watch = || watch(&progress);
-    let report = match output {
+    let udp = BatchReceiver::open(&opts.udp).map_err(PipelineError::from)?;
+    let metrics = metrics
+        .map(|m| metrics::bind(m.addr, m.peer, m.device))
+        .transpose()?;
+    let mut opened = OpenedRecv {
+        opts,
+        udp,
+        sink: OpenedSink::Stdout,
+        metrics,
+        stop,
+        forward: None,
+        files: None,
+        tunnel: None,
+        packets: None,
+    };
+    opened.sink = match output {
         RecvOutput::Dir { path, files } => {
-            let stats = file_stats.clone().unwrap_or_default();
-            let sink = FileSink::new(&path, &files, stats).map_err(|e| GatewayError::Io {
-                what: format!("output folder {}", path.display()),
-                source: std::io::Error::other(e),
-            })?;
-            receive(&opts, sink, &progress, &stop, &mut watch)?
+            let stats = Arc::new(FileSinkStats::default());
+            let sink =
+                FileSink::new(&path, &files, Arc::clone(&stats)).map_err(|e| GatewayError::Io {
+                    what: format!("output folder {}", path.display()),
+                    source: std::io::Error::other(e),
+                })?;
+            opened.files = Some(stats);
+            OpenedSink::Dir(Box::new(sink))
         }
-        RecvOutput::Stdout => receive(&opts, StdoutSink::default(), &progress, &stop, &mut watch)?,
-        RecvOutput::Tcp(dest) => receive(&opts, TcpSink::new(dest), &progress, &stop, &mut watch)?,
-        RecvOutput::Tun { name, mtu } => {
-            let stats = tun_stats.clone().unwrap_or_default();
-            let sink = TunSink::open(&name, mtu, stats).map_err(|e| GatewayError::Io {
-                what: format!("TUN {name}"),
-                source: std::io::Error::other(e),
-            })?;
-            receive(&opts, sink, &progress, &stop, &mut watch)?
-        }
+        RecvOutput::Stdout => OpenedSink::Stdout,
+        RecvOutput::Tcp(dest) => OpenedSink::Tcp(dest),
         RecvOutput::UdpForward(dest) => {
-            let stats = forward.clone().unwrap_or_default();
-            receive(
-                &opts,
-                UdpForwardSink::new(dest, stats),
-                &progress,
-                &stop,
-                &mut watch,
-            )?
+            opened.forward = Some(Arc::default());
+            OpenedSink::UdpForward(dest)
+        }
+        RecvOutput::Tun { name, mtu } => {
+            let stats = Arc::new(TunnelSinkStats::default());
+            let sink =
+                TunSink::open(&name, mtu, Arc::clone(&stats)).map_err(|e| GatewayError::Io {
+                    what: format!("TUN {name}"),
+                    source: std::io::Error::other(e),
+                })?;
+            opened.tunnel = Some(stats);
+            OpenedSink::Tun(sink)
         }
         RecvOutput::Packets(out) => {
-            let stats = packet_stats.clone().unwrap_or_default();
-            receive(
+            if let PacketOutput::Pcap { dir, .. } = &out {
+                std::fs::create_dir_all(dir)
+                    .map_err(GatewayError::io(format!("pcap folder {}", dir.display())))?;
+            }
+            opened.packets = Some(Arc::default());
+            OpenedSink::Packets(out)
+        }
+    };
+    Ok(opened)
+}
+
+impl OpenedRecv {
+    /// Starts the metrics thread and the pipeline and runs to the end;
+    /// `watch` sees the live progress meanwhile.
+    pub fn run(self, mut watch: impl FnMut(&RecvProgress)) -> Result<RecvSummary, GatewayError> {
+        let OpenedRecv {
+            opts,
+            udp,
+            sink,
+            metrics,
+            stop,
+            forward,
+            files: file_stats,
+            tunnel: tun_stats,
+            packets: packet_stats,
+        } = self;
+        let progress = Arc::new(RecvProgress::default());
+        if let Some(m) = metrics {
+            m.serve(metrics::Source::Recv {
+                progress: Arc::clone(&progress),
+                udp: forward.clone(),
+                files: file_stats.clone(),
+                tunnel: tun_stats.clone(),
+                packets: packet_stats.clone(),
+            })?;
+        }
+        let before = UdpSnmp::read().ok();
+        let cpu0 = process_cpu_seconds();
+        let mut watch = || watch(&progress);
+        let report = match sink {
+            OpenedSink::Dir(sink) => receive(udp, &opts, *sink, &progress, &stop, &mut watch)?,
+            OpenedSink::Stdout => receive(
+                udp,
                 &opts,
-                PacketSink::new(out, stats),
+                StdoutSink::default(),
                 &progress,
                 &stop,
                 &mut watch,
-            )?
+            )?,
+            OpenedSink::Tcp(dest) => {
+                receive(udp, &opts, TcpSink::new(dest), &progress, &stop, &mut watch)?
+            }
+            OpenedSink::Tun(sink) => receive(udp, &opts, sink, &progress, &stop, &mut watch)?,
+            OpenedSink::UdpForward(dest) => {
+                let stats = forward.clone().unwrap_or_default();
+                receive(
+                    udp,
+                    &opts,
+                    UdpForwardSink::new(dest, stats),
+                    &progress,
+                    &stop,
+                    &mut watch,
+                )?
+            }
+            OpenedSink::Packets(out) => {
+                let stats = packet_stats.clone().unwrap_or_default();
+                receive(
+                    udp,
+                    &opts,
+                    PacketSink::new(out, stats),
+                    &progress,
+                    &stop,
+                    &mut watch,
+                )?
+            }
+        };
+        let kernel = kernel_delta(before, UdpSnmp::read().ok());
+        let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
+        summary.link = progress
+            .health
+            .counters(diodon_io::clock::unix_time_ms())
+            .snapshot();
+        summary.alarms = progress.health.status().recent_alarms;
+        summary.udp_forward = forward.map(|f| f.snapshot());
+        summary.mirror = file_stats.as_ref().map(|f| f.mirror.snapshot());
+        summary.file_sink = file_stats.map(|f| f.snapshot());
+        summary.tunnel = tun_stats.map(|t| t.snapshot());
+        if let Some(p) = packet_stats {
+            summary.packet_sink = Some(p.snapshot());
+            summary.packet_agents = p
+                .agents
+                .lock()
+                .map(|m| {
+                    m.iter()
+                        .map(|(&agent, &(delivered, lost))| crate::report::PacketAgent {
+                            agent,
+                            delivered,
+                            lost,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
         }
-    };
-    let kernel = kernel_delta(before, UdpSnmp::read().ok());
-    let mut summary = RecvSummary::new(&report, kernel, process_cpu_seconds() - cpu0);
-    summary.link = progress
-        .health
-        .counters(diodon_io::clock::unix_time_ms())
-        .snapshot();
-    summary.alarms = progress.health.status().recent_alarms;
-    summary.udp_forward = forward.map(|f| f.snapshot());
-    summary.mirror = file_stats.as_ref().map(|f| f.mirror.snapshot());
-    summary.file_sink = file_stats.map(|f| f.snapshot());
-    summary.tunnel = tun_stats.map(|t| t.snapshot());
-    if let Some(p) = packet_stats {
-        summary.packet_sink = Some(p.snapshot());
-        summary.packet_agents = p
-            .agents
-            .lock()
-            .map(|m| {
-                m.iter()
-                    .map(|(&agent, &(delivered, lost))| crate::report::PacketAgent {
-                        agent,
-                        delivered,
-                        lost,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        Ok(summary)
     }
-    Ok(summary)
 }
 
 fn receive<S: Sink>(
+    udp: BatchReceiver,
     opts: &RecvOptions,
     sink: S,
     progress: &Arc<RecvProgress>,
@@ -388,7 +554,7 @@ fn receive<S: Sink>(
     let (o, p, st) = (opts.clone(), Arc::clone(progress), Arc::clone(stop));
     Ok(run_watched(
         "receiver",
-        move || run_receiver(&o, sink, &p, &st),
+        move || run_receiver_on(udp, &o, sink, &p, &st),
         watch,
     )??)
 }

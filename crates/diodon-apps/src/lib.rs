@@ -40,8 +40,10 @@
 //! TAP, pcap, a socket), [`metrics`] (the counters over HTTP: Prometheus and
 //! JSON),
 //! [`health`] (the receiver's link state and alarms), [`status`] (its
-//! history, channels in flight and last verdicts for `/api/status`), [`guard`] (the nftables one-way guard of a diode host, run through
-//! [`nft`]), [`stats`] (every measuring point of one host: kernel MIBs, link,
+//! history, channels in flight and last verdicts for `/api/status`),
+//! [`guard`] (the nftables one-way guard of a diode host, run through
+//! [`nft`]), [`sandbox`] (what `recv` and `send` may still do once set up:
+//! the policy `diodon_io::sandbox` applies), [`stats`] (every measuring point of one host: kernel MIBs, link,
 //! guard and a running Diodon's counters, with deltas).
 
 pub mod agent;
@@ -62,6 +64,7 @@ pub mod packet_sink;
 pub mod quarantine;
 pub mod recv;
 pub mod report;
+pub mod sandbox;
 pub mod send;
 pub mod sink_error;
 pub mod stats;

@@ -44,7 +44,7 @@ use diodon_counters::{CounterSet, Owner, Snapshot};
 use diodon_io::{LinkStats, UdpSnmp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 
 /// The path of the Prometheus page.
@@ -122,30 +122,69 @@ pub fn serve(
     peer: IpAddr,
     device: Option<String>,
 ) -> Result<SocketAddr, MetricsError> {
-    let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+    bind(addr, peer, device)?.serve(source)
+}
+
+/// A bound metrics listener that serves nothing yet: the privileged half
+/// of [`serve`] (a process that restricts itself binds first).
+#[derive(Debug)]
+pub struct MetricsListener {
+    listener: TcpListener,
+    local: SocketAddr,
+    iface: Option<String>,
+}
+
+/// Binds `addr` and finds the interface (see [`serve`]); no thread yet.
+pub fn bind(
+    addr: SocketAddr,
+    peer: IpAddr,
+    device: Option<String>,
+) -> Result<MetricsListener, MetricsError> {
+    let failed = |e: std::io::Error| MetricsError::Bind {
         addr,
         reason: e.to_string(),
-    })?;
-    let local = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| MetricsError::Bind {
-            addr,
-            reason: "not an IP listener".into(),
-        })?;
+    };
+    let listener = TcpListener::bind(addr).map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
     let iface = device.or_else(|| diodon_io::route::route_interface(peer));
-    tracing::info!(%local, interface = ?iface, "serving Prometheus metrics");
-    std::thread::Builder::new()
-        .name("diodon-metrics".into())
-        .spawn(move || {
-            for request in server.incoming_requests() {
-                let response = respond(&request, &source, iface.as_deref());
-                if let Err(e) = request.respond(response) {
-                    tracing::debug!("metrics request: {e}");
+    Ok(MetricsListener {
+        listener,
+        local,
+        iface,
+    })
+}
+
+impl MetricsListener {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serves `source` on a background thread for the rest of the process.
+    pub fn serve(self, source: Source) -> Result<SocketAddr, MetricsError> {
+        let MetricsListener {
+            listener,
+            local,
+            iface,
+        } = self;
+        let server =
+            tiny_http::Server::from_listener(listener, None).map_err(|e| MetricsError::Bind {
+                addr: local,
+                reason: e.to_string(),
+            })?;
+        tracing::info!(%local, interface = ?iface, "serving Prometheus metrics");
+        std::thread::Builder::new()
+            .name("diodon-metrics".into())
+            .spawn(move || {
+                for request in server.incoming_requests() {
+                    let response = respond(&request, &source, iface.as_deref());
+                    if let Err(e) = request.respond(response) {
+                        tracing::debug!("metrics request: {e}");
+                    }
                 }
-            }
-        })?;
-    Ok(local)
+            })?;
+        Ok(local)
+    }
 }
 
 fn respond(

@@ -23,7 +23,7 @@
 //! sink like any other verdict (quarantine, reset connection).
 
 use crate::health::{self, HealthMonitor, LinkHealth};
-pub use crate::outcome::{ChannelKey, ChannelOutcome, Verdict};
+pub use crate::outcome::{ChannelKey, ChannelOutcome, OutcomeTally, Verdict};
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::status::StatusBoard;
 use crate::PipelineError;
@@ -158,6 +158,8 @@ pub struct RecvOptions {
     /// Give up when no valid datagram arrived this long after the start
     /// ([`RecvReport::nothing_arrived`]).
     pub give_up_after: Option<Duration>,
+    /// The report lists the last this many channels (all are counted).
+    pub list_channels: usize,
 }
 
 diodon_counters::counters! {
@@ -221,10 +223,16 @@ pub struct RecvReport {
     pub rcvbuf: usize,
     /// Setup warnings (capped buffer, …).
     pub warnings: Vec<SetupWarning>,
-    /// Channels' outcomes, in decision order (the first [`REPORT_CHANNELS`]).
+    /// The last channels' outcomes (`list_channels` of them), in decision order.
     pub channels: Vec<ChannelOutcome>,
-    /// Every channel counted.
-    pub totals: ChannelTotals,
+    /// Channels verified, all of them.
+    pub channels_verified: u64,
+    /// Channels failed, all of them.
+    pub channels_failed: u64,
+    /// Bytes of every verified channel.
+    pub verified_bytes: u64,
+    /// Outcomes decided but not listed in `channels`.
+    pub channels_unlisted: u64,
     /// First datagram to last verdict.
     pub duration: Duration,
     /// Sessions seen.
@@ -236,28 +244,10 @@ pub struct RecvReport {
 }
 
 impl RecvReport {
-    /// Channels that were not verified (all of them, also those beyond
-    /// [`REPORT_CHANNELS`]).
+    /// Channels that were not verified.
     pub fn failed(&self) -> usize {
-        self.totals.failed as usize
+        usize::try_from(self.channels_failed).unwrap_or(usize::MAX)
     }
-}
-
-/// Channel outcomes a report lists: a long-running receiver decides
-/// millions of files (the audit log has every one); the rest are counted.
-pub const REPORT_CHANNELS: usize = 10_000;
-
-/// Every channel's verdict counted, listed or not.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChannelTotals {
-    /// Channels verified (or found already present).
-    pub verified: u64,
-    /// Their bytes.
-    pub verified_bytes: u64,
-    /// Channels failed.
-    pub failed: u64,
-    /// Outcomes not listed in the report (beyond [`REPORT_CHANNELS`]).
-    pub unlisted: u64,
 }
 
 /// One `recvmmsg`'s datagrams, in the memory the kernel wrote them to: the
@@ -297,6 +287,18 @@ pub fn run_receiver<S: Sink>(
     stop: &Arc<AtomicBool>,
 ) -> Result<RecvReport, PipelineError> {
     let udp = BatchReceiver::open(&opts.udp)?;
+    run_receiver_on(udp, opts, sink, progress, stop)
+}
+
+/// [`run_receiver`] on a socket already opened from `opts.udp` (a caller
+/// that restricts itself opens the socket first, with its privileges).
+pub fn run_receiver_on<S: Sink>(
+    udp: BatchReceiver,
+    opts: &RecvOptions,
+    sink: S,
+    progress: &Arc<RecvProgress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<RecvReport, PipelineError> {
     let setup = udp.setup().clone();
     tracing::info!(local = %setup.local, rcvbuf = setup.rcvbuf, gro = setup.gro, "receiver listening");
     for w in &setup.warnings {
@@ -319,9 +321,10 @@ pub fn run_receiver<S: Sink>(
         })
         .map_err(|_| PipelineError::Thread("net"))?;
     let writer_progress = Arc::clone(progress);
+    let list = opts.list_channels;
     let writer = thread::Builder::new()
         .name("diodon-writer".into())
-        .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress))
+        .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress, list))
         .map_err(|_| PipelineError::Thread("writer"))?;
 
     let mut dec = Decoder::new(opts, clock, ev_tx, progress, S::admit);
@@ -351,7 +354,7 @@ pub fn run_receiver<S: Sink>(
     } = dec;
     drop(ev_tx);
     let net_result = net.join().map_err(|_| PipelineError::Thread("net"))?;
-    let (channels, totals) = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
+    let tally = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
     result?;
     let (socket_datagrams, queue_full, final_drops) = net_result?;
     Ok(RecvReport {
@@ -361,8 +364,11 @@ pub fn run_receiver<S: Sink>(
         queue_full,
         rcvbuf: setup.rcvbuf,
         warnings: setup.warnings,
-        channels,
-        totals,
+        channels: tally.listed.into(),
+        channels_verified: tally.verified,
+        channels_failed: tally.failed,
+        verified_bytes: tally.verified_bytes,
+        channels_unlisted: tally.unlisted,
         duration: match (first, last_verdict) {
             (Some(a), Some(b)) => b.saturating_duration_since(a),
             _ => Duration::ZERO,
@@ -421,37 +427,31 @@ fn net_loop(
     Ok((total, queue_full, drops))
 }
 
-/// The writer thread: feeds the sink, returns every channel's outcome.
+/// The writer thread: feeds the sink, returns the outcomes' tally (the
+/// last `list` of them listed).
 fn writer_loop<S: Sink>(
     mut sink: S,
     rx: &Rx<SinkEvent>,
     fail: &mpsc::Sender<SinkSignal>,
     progress: &RecvProgress,
-) -> (Vec<ChannelOutcome>, ChannelTotals) {
-    let mut outcomes = Vec::new();
-    let mut totals = ChannelTotals::default();
+    list: usize,
+) -> OutcomeTally {
+    let mut outcomes = OutcomeTally::new(list);
     while let Ok(ev) = rx.recv() {
         match sink.handle(ev) {
             Ok(Some(outcome)) => {
                 match &outcome.verdict {
                     Verdict::Verified { blake3 } => {
-                        totals.verified += 1;
-                        totals.verified_bytes += outcome.bytes;
                         progress.complete.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(name = %outcome.name, bytes = outcome.bytes, blake3 = %blake3, location = %outcome.location, "channel verified");
                     }
                     Verdict::Failed { reason } => {
-                        totals.failed += 1;
                         progress.failed.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(name = %outcome.name, location = %outcome.location, "channel failed: {reason}");
                     }
                 }
                 progress.status.decided(&outcome, unix_time_ms());
-                if outcomes.len() < REPORT_CHANNELS {
-                    outcomes.push(outcome);
-                } else {
-                    totals.unlisted += 1;
-                }
+                outcomes.add(outcome);
             }
             Ok(None) => {}
             Err(e) => {
@@ -465,7 +465,7 @@ fn writer_loop<S: Sink>(
             let _ = fail.send(SinkSignal::Skip(key));
         }
     }
-    (outcomes, totals)
+    outcomes
 }
 
 struct Decoder {

@@ -91,6 +91,21 @@ pub fn kernel_delta(before: Option<UdpSnmp>, after: Option<UdpSnmp>) -> Snapshot
     }
 }
 
+/// The shortest run whose rate a summary states: below it, start-up and
+/// the last datagram's timing dominate and the quotient means nothing (a
+/// 48 KB file "arrives" faster than the link).
+const SHORTEST_RATED_RUN_S: f64 = 0.2;
+
+/// "1.234 s = 56.7 Mbit/s goodput", or the duration alone for a run too
+/// short to state a rate.
+fn rate_text(duration_s: f64, mbps: f64) -> String {
+    if duration_s >= SHORTEST_RATED_RUN_S {
+        format!("{duration_s:.3} s = {mbps:.1} Mbit/s goodput")
+    } else {
+        format!("{duration_s:.3} s (too short a run to state a rate)")
+    }
+}
+
 fn mbps(bytes: u64, d: Duration) -> f64 {
     let s = d.as_secs_f64();
     if s > 0.0 {
@@ -213,8 +228,10 @@ impl SendSummary {
         }
         let _ = writeln!(
             s,
-            "  {} bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
-            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+            "  {} bytes in {}, {:.2} s CPU",
+            self.bytes,
+            rate_text(self.duration_s, self.goodput_mbps),
+            self.cpu_s
         );
         let _ = writeln!(
             s,
@@ -283,11 +300,8 @@ pub struct RecvSummary {
     pub mismatches: Vec<String>,
     /// Socket setup warnings.
     pub warnings: Vec<String>,
-    /// Every channel's verdict (the first 10,000; the audit log has all).
+    /// Every channel's verdict.
     pub channels: Vec<ChannelOutcome>,
-    /// Verdicts not listed in `channels`.
-    #[serde(default)]
-    pub channels_unlisted: u64,
     /// The core's counters (`ReceiverStats`).
     pub core: Snapshot,
     /// The receiving socket's counters (`RecvSocketCounters`: datagrams,
@@ -318,6 +332,10 @@ pub struct RecvSummary {
     /// `--timeout` passed without a valid datagram.
     #[serde(default)]
     pub nothing_arrived: bool,
+    /// Channels decided but not in `channels` (which lists the last
+    /// `--list-channels`; each was logged when decided).
+    #[serde(default)]
+    pub channels_unlisted: u64,
     /// The link's alarm counters over the run.
     #[serde(default)]
     pub link: Snapshot,
@@ -329,7 +347,7 @@ pub struct RecvSummary {
 impl RecvSummary {
     /// From the report.
     pub fn new(r: &RecvReport, kernel: Snapshot, cpu_s: f64) -> Self {
-        let verified_bytes = r.totals.verified_bytes;
+        let verified_bytes = r.verified_bytes;
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
             dropped_packets: r.socket_drops,
@@ -342,9 +360,9 @@ impl RecvSummary {
             goodput_mbps: mbps(verified_bytes, r.duration),
             cpu_s,
             invalid: r.stats.invalid(),
-            channels_complete: r.totals.verified as usize,
+            channels_complete: usize::try_from(r.channels_verified).unwrap_or(usize::MAX),
             channels_failed: r.failed(),
-            channels_unlisted: r.totals.unlisted,
+            channels_unlisted: r.channels_unlisted,
             queue_full_waits: r.queue_full,
             rcvbuf: r.rcvbuf,
             mismatches: r.mismatches.clone(),
@@ -398,6 +416,31 @@ impl RecvSummary {
         }
     }
 
+    /// The file sink's lines of [`RecvSummary::text`]: a full disk, the quarantine.
+    fn file_sink_text(&self, s: &mut String) {
+        if let Some(f) = &self.file_sink {
+            if f.no_space > 0 {
+                let _ = writeln!(
+                    s,
+                    "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
+                    f.no_space, f.freed
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
+                f.quarantine_entries,
+                f.quarantine_bytes,
+                f.quarantine_evictions,
+                f.quarantine_evicted,
+                f.reason_errors
+            );
+        }
+        if let Some(m) = &self.mirror {
+            s.push_str(&mirror_line(m));
+        }
+    }
+
     /// The link's lines of [`RecvSummary::text`]: nothing arrived, alarms.
     fn link_text(&self, s: &mut String) {
         if self.nothing_arrived {
@@ -446,16 +489,13 @@ impl RecvSummary {
             s.push_str(&tunnel_sink_line(t));
         }
         self.packet_text(&mut s);
-        if let Some(f) = &self.file_sink {
-            s.push_str(&file_sink_lines(f));
-        }
-        if let Some(m) = &self.mirror {
-            s.push_str(&mirror_line(m));
-        }
+        self.file_sink_text(&mut s);
         let _ = writeln!(
             s,
-            "  {} verified bytes in {:.3} s = {:.1} Mbit/s goodput, {:.2} s CPU",
-            self.bytes, self.duration_s, self.goodput_mbps, self.cpu_s
+            "  {} verified bytes in {}, {:.2} s CPU",
+            self.bytes,
+            rate_text(self.duration_s, self.goodput_mbps),
+            self.cpu_s
         );
         let _ = writeln!(
             s,
@@ -469,13 +509,15 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  rejected: bad check {} invalid {} stale session {} duplicates {} late {} expired {}",
+            "  rejected: bad check {} invalid {} stale session {} duplicates {} expired {}; \
+             not needed: {} late (repair symbols of blocks already complete, datagrams of \
+             channels already decided: normal with FEC)",
             c.get("bad_check"),
             self.invalid,
             c.get("stale_session"),
             c.get("duplicates"),
-            c.get("late"),
-            c.get("expired")
+            c.get("expired"),
+            c.get("late")
         );
         let _ = writeln!(
             s,
@@ -493,6 +535,14 @@ impl RecvSummary {
             "  channels complete {}, failed {}",
             self.channels_complete, self.channels_failed
         );
+        if self.channels_unlisted > 0 {
+            let _ = writeln!(
+                s,
+                "  (the last {} are listed; {} earlier ones were logged when decided)",
+                self.channels.len(),
+                self.channels_unlisted
+            );
+        }
         for ch in &self.channels {
             match &ch.verdict {
                 Verdict::Verified { blake3 } => {
@@ -516,10 +566,6 @@ impl RecvSummary {
                 }
             }
         }
-        if self.channels_unlisted > 0 {
-            let n = self.channels_unlisted;
-            let _ = writeln!(s, "    … and {n} more (every one is in the audit log)");
-        }
         for m in &self.mismatches {
             let _ = writeln!(s, "  configuration mismatch: {m}");
         }
@@ -537,28 +583,6 @@ fn last_json_line<T: serde::de::DeserializeOwned>(output: &str) -> Option<T> {
         .rev()
         .filter(|l| l.trim_start().starts_with('{'))
         .find_map(|l| serde_json::from_str(l).ok())
-}
-
-/// The file sink's lines of the receiver's text summary.
-fn file_sink_lines(f: &FileSinkCounters) -> String {
-    let mut s = String::new();
-    if f.no_space > 0 {
-        let _ = writeln!(
-            s,
-            "  output disk full: {} files refused or failed, {} partial bytes removed to free the space",
-            f.no_space, f.freed
-        );
-    }
-    let _ = writeln!(
-        s,
-        "  quarantine {} entries, {} bytes; evicted {} entries ({} bytes); records not written {}",
-        f.quarantine_entries,
-        f.quarantine_bytes,
-        f.quarantine_evictions,
-        f.quarantine_evicted,
-        f.reason_errors
-    );
-    s
 }
 
 /// The mirror's line of the receiver's text summary (nothing when it
@@ -639,6 +663,15 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_stated_only_for_a_run_long_enough_to_mean_it() {
+        assert_eq!(
+            rate_text(0.05, 7_680.0),
+            "0.050 s (too short a run to state a rate)"
+        );
+        assert_eq!(rate_text(2.0, 812.34), "2.000 s = 812.3 Mbit/s goodput");
+    }
+
+    #[test]
     fn a_summary_reads_back_as_written() {
         let r = RecvReport {
             stats: diodon_proto::ReceiverStats {
@@ -652,11 +685,14 @@ mod tests {
             rcvbuf: 1 << 20,
             warnings: Vec::new(),
             channels: Vec::new(),
-            totals: crate::recv::ChannelTotals::default(),
             duration: Duration::from_secs(1),
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),
             nothing_arrived: false,
+            channels_verified: 0,
+            channels_failed: 0,
+            verified_bytes: 0,
+            channels_unlisted: 0,
         };
         let s = RecvSummary::new(&r, Snapshot::default(), 0.5);
         let json = serde_json::to_string(&s).expect("serialises");

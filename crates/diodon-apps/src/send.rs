@@ -378,8 +378,20 @@ pub fn run_sender(
     progress: Arc<SendProgress>,
     stop: &AtomicBool,
 ) -> Result<SendReport, PipelineError> {
-    let clock = MonotonicClock::new();
     let udp = BatchSender::open(&opts.udp)?;
+    run_sender_on(udp, opts, input, progress, stop)
+}
+
+/// [`run_sender`] on a socket already opened from `opts.udp` (a caller
+/// that restricts itself opens the socket first, with its privileges).
+pub fn run_sender_on(
+    udp: BatchSender,
+    opts: &SendOptions,
+    input: &Receiver<SourceMsg>,
+    progress: Arc<SendProgress>,
+    stop: &AtomicBool,
+) -> Result<SendReport, PipelineError> {
+    let clock = MonotonicClock::new();
     let mut config = opts.config.clone();
     if config.start_unix_ms == 0 {
         config.start_unix_ms = diodon_io::unix_time_ms();

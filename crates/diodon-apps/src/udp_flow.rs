@@ -95,14 +95,29 @@ pub fn serve_udp(
     stop: &AtomicBool,
     stats: &UdpSourceStats,
 ) -> Result<(), UdpError> {
+    serve_udp_on(open_udp_source(opts)?, opts, handle, stop, stats)
+}
+
+/// Opens the listening socket of `opts` (GRO off: one datagram per slot).
+pub fn open_udp_source(opts: &UdpSourceOptions) -> Result<BatchReceiver, UdpError> {
     let mut cfg = opts.udp.clone();
     cfg.gro = false;
-    let mut sock = BatchReceiver::open(&cfg)?;
+    BatchReceiver::open(&cfg)
+}
+
+/// [`serve_udp`] on a socket [`open_udp_source`] opened.
+pub fn serve_udp_on(
+    mut sock: BatchReceiver,
+    opts: &UdpSourceOptions,
+    handle: &SourceHandle,
+    stop: &AtomicBool,
+    stats: &UdpSourceStats,
+) -> Result<(), UdpError> {
     tracing::info!(local = %sock.local_addr(), rcvbuf = sock.setup().rcvbuf, "listening for UDP flows");
     for w in &sock.setup().warnings {
         tracing::warn!("{w}");
     }
-    let slots = cfg.recv_slots;
+    let slots = opts.udp.recv_slots;
     let clock = MonotonicClock::new();
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
     let closed = |_| UdpError::Config("the sender pipeline has stopped".into());

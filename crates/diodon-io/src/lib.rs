@@ -33,6 +33,8 @@
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
+//! - [`sandbox`]: the process restricting itself (user, capabilities,
+//!   `no_new_privs`, Landlock, seccomp); what to allow is the caller's choice.
 
 pub mod child;
 pub mod clock;
@@ -42,6 +44,7 @@ pub mod netns;
 pub mod packet;
 pub mod pcap;
 pub mod route;
+pub mod sandbox;
 pub mod signal;
 pub mod tun;
 pub mod udp;

@@ -228,3 +228,16 @@ pub fn run(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A loopback UDP address no socket holds right now (`127.0.0.1:PORT`), for
+/// a process the test starts to bind.
+pub fn free_udp() -> std::net::SocketAddr {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port on loopback");
+    s.local_addr().expect("its address")
+}
+
+/// A loopback TCP address no listener holds right now.
+pub fn free_tcp() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on loopback");
+    l.local_addr().expect("its address")
+}

@@ -151,6 +151,9 @@ pub struct SendArgs {
     /// Keep sending beacons this long after the last channel (ms). Default 750.
     #[arg(long, value_name = "MS")]
     pub linger: Option<u64>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -291,6 +294,11 @@ pub struct RecvArgs {
     /// 250 ms while it runs. Default 5.
     #[arg(long, value_name = "SECS")]
     pub alarm_silence: Option<f64>,
+    /// The summary lists the last N channels (every channel is counted, and
+    /// each was logged when decided): a receiver that runs for months keeps
+    /// its memory flat. Default 10000.
+    #[arg(long, value_name = "N")]
+    pub list_channels: Option<usize>,
     /// Socket receive buffer in bytes (default: rate × stall, at least 4 MiB).
     #[arg(long)]
     pub rcvbuf: Option<usize>,
@@ -320,9 +328,25 @@ pub struct RecvArgs {
     /// `OUT/.diodon-audit.jsonl`.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
+}
+
+/// What the process keeps once its socket and outputs are open (`send`, `recv`).
+#[derive(Debug, Args, Default)]
+pub struct SandboxArgs {
+    /// Once the socket and the outputs are open, run as this user and its
+    /// group, keeping no capability (needs root to start).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// Do not restrict the process once set up (no no-new-privileges, Landlock
+    /// or seccomp filter); --user still applies.
+    #[arg(long)]
+    pub no_sandbox: bool,
 }
 
 /// How flows are keyed for agent assignment.

@@ -43,6 +43,7 @@ pub struct FileConfig {
     pub once: Option<bool>,
     timeout: Option<f64>,
     alarm_silence: Option<f64>,
+    list_channels: Option<usize>,
     channels: Option<u64>,
     mtu: Option<usize>,
     rate: Option<String>,
@@ -50,7 +51,8 @@ pub struct FileConfig {
     expected_loss: Option<f64>,
     block: Option<u16>,
     interleave: Option<u8>,
-    key_file: Option<PathBuf>,
+    /// `key-file` (both sides).
+    pub key_file: Option<PathBuf>,
     beacon: Option<u64>,
     delta_t: Option<u64>,
     device: Option<String>,
@@ -116,6 +118,10 @@ pub struct FileConfig {
     delete_after: Option<String>,
     /// `recv`: the audit log.
     audit: Option<PathBuf>,
+    /// `user` (send, recv): the user to run as once set up.
+    pub user: Option<String>,
+    /// `no-sandbox` (send, recv).
+    pub no_sandbox: Option<bool>,
 }
 
 /// A size in the TOML file: a number of bytes, or text as on the command
@@ -314,6 +320,7 @@ pub struct RecvSettings {
     pub channels: Option<u64>,
     pub timeout: Option<Duration>,
     pub alarm_silence: Duration,
+    pub list_channels: usize,
     pub rcvbuf: Option<usize>,
     pub stall: Duration,
     pub fsync: bool,
@@ -382,6 +389,7 @@ impl RecvArgs {
             listen,
             timeout,
             alarm_silence,
+            list_channels: self.list_channels.or(f.list_channels).unwrap_or(10_000),
             out,
             stdout: self.stdout || f.stdout.unwrap_or(false),
             tcp_connect: pick(self.tcp_connect.as_ref(), f.tcp_connect.as_ref()),

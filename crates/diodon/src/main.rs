@@ -25,6 +25,7 @@ mod guard;
 mod manual;
 mod progress;
 mod recv;
+mod sandbox;
 mod send;
 mod stats;
 mod stop;

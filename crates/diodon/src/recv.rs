@@ -2,27 +2,31 @@
 //! runs it; the summary is printed and mapped to the exit code.
 //!
 //! ```text
-//!  RecvArgs + FileConfig ─► Link ─► ReceiverConfig, UdpConfig, RecvOutput ─► gateway::run_recv
-//!                                   ─► RecvSummary ─► stderr text, --json stdout|stderr, exit code
+//!  RecvArgs + FileConfig ─► Link ─► ReceiverConfig, UdpConfig, RecvOutput ─► gateway::open_recv
+//!    (socket bound and sized, output and metrics listener open: the privileged part)
+//!  ─► sandbox::apply(recv_policy) ─► SIGINT handler ─► OpenedRecv::run
+//!  ─► RecvSummary ─► stderr text, --json stdout|stderr, exit code
 //! ```
 
 use crate::args::RecvArgs;
 use crate::config::{pick, FileConfig, Link, RecvSettings};
 use crate::fatal::Fatal;
 use crate::progress;
-use crate::stop::stop_flag;
+use crate::stop::on_signal;
 use anyhow::anyhow;
 use diodon_apps::files::FileSinkOptions;
-use diodon_apps::gateway::{run_recv, MetricsOptions, RecvJob, RecvOutput};
+use diodon_apps::gateway::{open_recv, MetricsOptions, RecvJob, RecvOutput};
 use diodon_apps::link::rcvbuf_for;
 use diodon_apps::mirror::MirrorOptions;
 use diodon_apps::packet_sink::PacketOutput;
 use diodon_apps::report::Exit;
+use diodon_apps::sandbox::{self, recv_policy};
 use diodon_apps::RecvOptions;
 use diodon_io::UdpConfig;
 use diodon_proto::ReceiverConfig;
 use std::io::IsTerminal;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The one sink the flags and the file name (exactly one of them).
@@ -79,12 +83,22 @@ fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOu
     Ok(outputs.remove(0))
 }
 
-/// Runs `diodon recv`.
+/// Runs `diodon recv`: opens what needs privilege, restricts itself, runs.
 pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
     let s = args.resolve(&file).map_err(Fatal::config)?;
     let output = output(args, &file, &s)?;
+    let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
+    let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
+    if sandbox.user.is_some() && matches!(output, RecvOutput::Packets(PacketOutput::Tap(_))) {
+        return Err(Fatal::config(anyhow!(
+            "--user cannot be combined with --tap-out: a TAP interface is created for each \
+             agent as its first channel arrives, which needs CAP_NET_ADMIN"
+        )));
+    }
+    let policy = recv_policy(&output, &sandbox);
+    let kept = output.clone();
     let mut udp = UdpConfig::new(s.listen);
     udp.device.clone_from(&link.device);
     udp.rcvbuf = Some(s.rcvbuf.unwrap_or_else(|| rcvbuf_for(link.rate, s.stall)));
@@ -96,6 +110,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         | RecvOutput::Tun { .. }
         | RecvOutput::Packets(_) => !link.json,
     };
+    let stop = Arc::new(AtomicBool::new(false));
     let job = RecvJob {
         opts: RecvOptions {
             config: ReceiverConfig {
@@ -110,29 +125,35 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             expect_channels: s.channels,
             silence_alarm: s.alarm_silence,
             give_up_after: s.timeout,
+            list_channels: s.list_channels,
         },
         output,
-        metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+        metrics: metrics.map(|addr| MetricsOptions {
             addr,
             peer: s.listen.ip(),
             device: link.device.clone(),
         }),
-        stop: stop_flag(),
+        stop: Arc::clone(&stop),
     };
+    let opened = open_recv(job).map_err(Fatal::gateway)?;
+    sandbox::apply_recv(&kept, &policy)
+        .map_err(|e| Fatal::io(anyhow!("restricting the process: {e}")))?;
+    on_signal(&stop);
     let bar = (show_bar && std::io::stderr().is_terminal()).then(|| progress::bar(0));
-    let summary = run_recv(job, |p| {
-        if let Some(bar) = bar {
-            bar.set_position(p.bytes.load(Ordering::Relaxed));
-            bar.set_message(format!(
-                "{} datagrams, {} verified, {} failed, {} packets dropped by the kernel",
-                p.datagrams.load(Ordering::Relaxed),
-                p.complete.load(Ordering::Relaxed),
-                p.failed.load(Ordering::Relaxed),
-                p.socket_drops.load(Ordering::Relaxed)
-            ));
-        }
-    })
-    .map_err(Fatal::gateway)?;
+    let summary = opened
+        .run(|p| {
+            if let Some(bar) = bar {
+                bar.set_position(p.bytes.load(Ordering::Relaxed));
+                bar.set_message(format!(
+                    "{} datagrams, {} verified, {} failed, {} packets dropped by the kernel",
+                    p.datagrams.load(Ordering::Relaxed),
+                    p.complete.load(Ordering::Relaxed),
+                    p.failed.load(Ordering::Relaxed),
+                    p.socket_drops.load(Ordering::Relaxed)
+                ));
+            }
+        })
+        .map_err(Fatal::gateway)?;
     progress::clear();
     eprint!("{}", summary.text());
     if link.json {

@@ -2,26 +2,31 @@
 //! runs it; the summary is printed and mapped to the exit code.
 //!
 //! ```text
-//!  SendArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, SendInput ─► gateway::run_send
-//!                                   ─► SendSummary ─► stderr text, --json stdout, exit code
+//!  SendArgs + FileConfig ─► Link ─► SenderConfig, UdpConfig, SendInput ─► gateway::open_send
+//!    (socket bound and sized, listeners bound) ─► sandbox::apply(send_policy: read the
+//!    sources only) ─► SIGINT handler ─► OpenedSend::run
+//!  ─► SendSummary ─► stderr text, --json stdout, exit code
 //! ```
 
 use crate::args::SendArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::progress;
-use crate::stop::stop_flag;
+use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::files::collect;
-use diodon_apps::gateway::{run_send, MetricsOptions, SendInput, SendJob};
+use diodon_apps::gateway::{open_send, MetricsOptions, SendInput, SendJob};
 use diodon_apps::link::udp_source_options;
 use diodon_apps::report::Exit;
+use diodon_apps::sandbox::{self, send_policy, SendSources};
 use diodon_apps::SendOptions;
+use diodon_io::sandbox::Restrictions;
 use diodon_io::UdpConfig;
 use diodon_proto::SenderConfig;
 use std::io::IsTerminal;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs `diodon send`.
@@ -52,6 +57,8 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     }
     config.validate().map_err(|e| Fatal::config(e.into()))?;
     let udp = socket(&link, bind, to, no_gso);
+    let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
+    let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
     let input = if let Some(a) = udp_listen {
         let idle = args.udp_idle.or(file.udp_idle).unwrap_or(5000);
         SendInput::Udp(udp_source_options(
@@ -75,6 +82,13 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         }
         SendInput::Files(files)
     };
+    let sources = match &input {
+        SendInput::Files(_) => SendSources::Paths(args.paths.clone()),
+        SendInput::Stdin => SendSources::Stdin,
+        SendInput::Tcp(_) => SendSources::Tcp,
+        SendInput::Udp(_) | SendInput::Tunnel(_) => SendSources::Udp,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
     let job = SendJob {
         opts: SendOptions {
             config,
@@ -85,14 +99,14 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             on_sent: None,
         },
         input,
-        metrics: pick(args.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+        metrics: metrics.map(|addr| MetricsOptions {
             addr,
             peer: to.ip(),
             device: link.device.clone(),
         }),
-        stop: stop_flag(),
+        stop: Arc::clone(&stop),
     };
-    execute(job, &link)
+    execute(job, &link, Some((send_policy(&sources, &sandbox), stop)))
 }
 
 /// The core's settings from the link settings, for datagrams to `to`.
@@ -126,18 +140,30 @@ pub fn socket(link: &Link, bind: Option<SocketAddr>, to: SocketAddr, no_gso: boo
     udp
 }
 
-/// Runs a send job with a progress bar, prints its summary, maps the exit code.
-pub fn execute(job: SendJob, link: &Link) -> Result<Exit, Fatal> {
+/// Runs a send job with a progress bar, prints its summary, maps the exit
+/// code. With a policy, the job's privileged part is opened first, then the
+/// process restricts itself and installs its SIGINT handler on `stop`.
+pub fn execute(
+    job: SendJob,
+    link: &Link,
+    sandboxed: Option<(Restrictions, Arc<AtomicBool>)>,
+) -> Result<Exit, Fatal> {
     let show_bar = std::io::stderr().is_terminal() && !link.json;
-    let summary = run_send(job, |p| {
-        if show_bar {
-            // The first call knows the total of the files (0: a spinner).
-            let bar = progress::bar(p.total_hint.load(Ordering::Relaxed));
-            bar.set_position(p.bytes.load(Ordering::Relaxed));
-            bar.set_message(format!("{} datagrams", p.datagrams.load(Ordering::Relaxed)));
-        }
-    })
-    .map_err(Fatal::gateway)?;
+    let opened = open_send(job).map_err(Fatal::gateway)?;
+    if let Some((policy, stop)) = sandboxed {
+        sandbox::apply(&policy).map_err(|e| Fatal::io(anyhow!("restricting the process: {e}")))?;
+        on_signal(&stop);
+    }
+    let summary = opened
+        .run(|p| {
+            if show_bar {
+                // The first call knows the total of the files (0: a spinner).
+                let bar = progress::bar(p.total_hint.load(Ordering::Relaxed));
+                bar.set_position(p.bytes.load(Ordering::Relaxed));
+                bar.set_message(format!("{} datagrams", p.datagrams.load(Ordering::Relaxed)));
+            }
+        })
+        .map_err(Fatal::gateway)?;
     progress::clear();
     eprint!("{}", summary.text());
     if link.json {

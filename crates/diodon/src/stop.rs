@@ -8,7 +8,15 @@ use std::sync::Arc;
 /// Sets the returned flag on SIGINT/SIGTERM; a second signal exits at once.
 pub fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
-    let s = Arc::clone(&stop);
+    on_signal(&stop);
+    stop
+}
+
+/// Sets `stop` on SIGINT/SIGTERM; a second signal exits at once. Starts the
+/// thread that waits for signals (a sandboxed command calls it once it is
+/// restricted, so that this thread is too).
+pub fn on_signal(stop: &Arc<AtomicBool>) {
+    let s = Arc::clone(stop);
     let first = Arc::new(AtomicBool::new(true));
     let _ = ctrlc::set_handler(move || {
         if first.swap(false, Ordering::SeqCst) {
@@ -18,5 +26,4 @@ pub fn stop_flag() -> Arc<AtomicBool> {
             std::process::exit(130);
         }
     });
-    stop
 }

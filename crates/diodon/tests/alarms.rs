@@ -10,7 +10,6 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use serde_json::Value;
-use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -18,11 +17,6 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
 const KEY_A: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 const KEY_B: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
-
-fn free_udp() -> String {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().to_string()
-}
 
 /// `diodon ARGS`, inside namespace `ns` when given.
 fn diodon(ns: Option<&str>, args: &[&str]) -> Command {
@@ -253,7 +247,7 @@ fn one_shot(
     send_args: &[&str],
     file: &Path,
 ) -> (Option<i32>, Value, Vec<Value>) {
-    let data = free_udp();
+    let data = diodon_testkit::free_udp().to_string();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let mut args = vec![
@@ -334,7 +328,7 @@ fn a_refused_channel_is_an_alarm_logged_once() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("f.bin");
     std::fs::write(&file, vec![1u8; 10_000]).unwrap();
-    let sink = free_udp();
+    let sink = diodon_testkit::free_udp().to_string();
     // A file reaching a UDP forwarder is refused: the channel fails.
     let (code, summary, logs) = one_shot(&["--udp-forward", &sink], &[], &file);
     assert_eq!(code, Some(1), "{summary:#}");
@@ -354,7 +348,7 @@ fn a_refused_channel_is_an_alarm_logged_once() {
 #[test]
 fn timeout_ends_a_receiver_that_hears_nothing_with_exit_4() {
     let dir = tempfile::tempdir().unwrap();
-    let data = free_udp();
+    let data = diodon_testkit::free_udp().to_string();
     let out = dir.path().join("out");
     let rx = spawn_receiver(
         None,

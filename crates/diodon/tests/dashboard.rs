@@ -10,22 +10,12 @@
 
 use serde_json::Value;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
-
-fn free_tcp() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-fn free_udp() -> String {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().to_string()
-}
 
 /// Status line and body of one request.
 fn http(addr: &str, method: &str, path: &str) -> (String, String) {
@@ -111,7 +101,10 @@ fn receiver_after_a_transfer(hostile: &str) -> (tempfile::TempDir, KillOnDrop, S
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("plain.bin"), vec![3u8; 2_000_000]).unwrap();
     std::fs::write(src.join(hostile), b"not markup").unwrap();
-    let (data, metrics) = (free_udp(), free_tcp());
+    let (data, metrics) = (
+        diodon_testkit::free_udp().to_string(),
+        diodon_testkit::free_tcp().to_string(),
+    );
     let rx = KillOnDrop(
         Command::new(BIN)
             .args(["recv", "--listen", &data, "--metrics", &metrics])
@@ -252,7 +245,10 @@ fn the_dashboard_shows_what_the_status_says() {
 
 #[test]
 fn a_sender_serves_no_status_or_dashboard() {
-    let (data, metrics) = (free_udp(), free_tcp());
+    let (data, metrics) = (
+        diodon_testkit::free_udp().to_string(),
+        diodon_testkit::free_tcp().to_string(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("f");
     std::fs::write(&file, vec![0u8; 1_000_000]).unwrap();

@@ -8,7 +8,7 @@
 //! apart).
 
 use diodon_lab::relay::{self, Direction, Impairment, RelayStats, Seed};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,16 +16,6 @@ use std::thread::sleep;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
-
-fn free_udp() -> SocketAddr {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    let s = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr")
-}
 
 /// Kills the child on drop (a failing test leaves nothing running).
 struct Guard(Option<Child>);
@@ -113,7 +103,11 @@ fn transfer(tcp: bool, via_relay: bool) {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&input, &data).expect("write input");
-    let listen = if tcp { free_tcp() } else { free_udp() };
+    let listen = if tcp {
+        diodon_testkit::free_tcp()
+    } else {
+        diodon_testkit::free_udp()
+    };
     let mut proto = vec![];
     if tcp {
         proto.push("--tcp");
@@ -126,7 +120,7 @@ fn transfer(tcp: bool, via_relay: bool) {
     let recv = spawn(&recv_args);
     let _relay;
     let to = if via_relay {
-        let front = free_udp();
+        let front = diodon_testkit::free_udp();
         _relay = Some(Relay::start(front, listen));
         front
     } else {
@@ -166,7 +160,7 @@ fn tcp_file_direct() {
 
 #[test]
 fn echo_client_gets_its_messages_back() {
-    let listen = free_udp().to_string();
+    let listen = diodon_testkit::free_udp().to_string();
     let _server = spawn(&["deltat", "echo", "--listen", &listen]);
     sleep(Duration::from_millis(300));
     let out = Command::new(BIN)
@@ -193,7 +187,7 @@ fn exchange(
     let dir = tempfile::tempdir().expect("tempdir");
     let input = dir.path().join("report.bin");
     std::fs::write(&input, data).expect("write input");
-    let listen = free_udp().to_string();
+    let listen = diodon_testkit::free_udp().to_string();
     let out_s = out.to_str().expect("utf8").to_owned();
     let recv = Command::new(BIN)
         .args([

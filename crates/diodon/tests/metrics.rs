@@ -11,21 +11,11 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
-
-fn free_tcp() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-fn free_udp() -> String {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().to_string()
-}
 
 /// `name{labels}` → value of every sample of a scrape.
 fn scrape(addr: &str) -> HashMap<String, u64> {
@@ -63,8 +53,11 @@ fn metrics_are_served_and_move_during_a_transfer() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("m.bin");
     std::fs::write(&src, vec![0x5a_u8; 40_000_000]).unwrap();
-    let udp = free_udp();
-    let (rx_m, tx_m) = (free_tcp(), free_tcp());
+    let udp = diodon_testkit::free_udp().to_string();
+    let (rx_m, tx_m) = (
+        diodon_testkit::free_tcp().to_string(),
+        diodon_testkit::free_tcp().to_string(),
+    );
     let mut rx = Command::new(BIN)
         .args([
             "recv",

@@ -18,11 +18,6 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
 const SENT: u64 = 20_000;
 
-fn free_udp() -> String {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.local_addr().unwrap().to_string()
-}
-
 fn summary(out: &Output) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().rev().find(|l| l.starts_with('{')).unwrap();
@@ -31,7 +26,10 @@ fn summary(out: &Output) -> Value {
 
 #[test]
 fn a_source_faster_than_the_link_loses_only_what_is_counted() {
-    let (link, listen) = (free_udp(), free_udp());
+    let (link, listen) = (
+        diodon_testkit::free_udp().to_string(),
+        diodon_testkit::free_udp().to_string(),
+    );
     let mut cfg = diodon_io::UdpConfig::new("127.0.0.1:0".parse().unwrap());
     cfg.rcvbuf = Some(32 << 20);
     cfg.gro = false;

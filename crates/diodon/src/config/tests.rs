@@ -127,3 +127,37 @@ fn expected_loss_chooses_the_repair_and_says_so() {
     };
     assert!(Link::merge(&bad, &FileConfig::default()).is_err());
 }
+
+#[test]
+fn the_sandbox_is_on_unless_a_flag_or_the_file_turns_it_off() {
+    let recv = |args: &[&str], toml: &str| {
+        let mut argv = vec!["diodon", "recv", "--listen", "127.0.0.1:1", "--stdout"];
+        argv.extend_from_slice(args);
+        let Command::Recv(r) = Cli::parse_from(argv).cmd else {
+            panic!("recv")
+        };
+        let f: FileConfig = toml::from_str(toml).unwrap();
+        crate::sandbox::options(&r.sandbox, &f, &r.link, false)
+            .map_err(|e| e.1.to_string())
+            .map(|o| o.off)
+    };
+    assert_eq!(recv(&[], ""), Ok(false));
+    assert_eq!(recv(&["--no-sandbox"], ""), Ok(true));
+    assert_eq!(recv(&[], "no-sandbox = true"), Ok(true));
+    // The key file is one of the files the sandbox lets the process read.
+    let Command::Send(s) = Cli::parse_from(["diodon", "send", "--to", "127.0.0.1:1", "x"]).cmd
+    else {
+        panic!("send")
+    };
+    let f: FileConfig = toml::from_str("key-file = \"/etc/diodon/k\"\nuser = \"nobody\"").unwrap();
+    assert_eq!(f.user.as_deref(), Some("nobody"));
+    if diodon_io::sandbox::is_root() {
+        let o = crate::sandbox::options(&s.sandbox, &f, &s.link, false)
+            .unwrap_or_else(|e| panic!("{}", e.1));
+        assert_eq!(
+            o.config_files,
+            vec![std::path::PathBuf::from("/etc/diodon/k")]
+        );
+        assert_eq!(o.user.map(|u| u.name), Some("nobody".into()));
+    }
+}

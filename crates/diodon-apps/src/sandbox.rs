@@ -1,0 +1,312 @@
+//! What a gateway process may still do once its privileged setup is done:
+//! the policy of `diodon recv` and `diodon send`, decided from the run's
+//! settings; `diodon_io::sandbox` carries it out.
+//!
+//! ```text
+//!  RecvOutput / SendSources + metrics + config files ─► recv_policy / send_policy ─► Restrictions
+//!  open_recv / open_send (privileged) ─► apply(Restrictions) ─► self_test ─► OpenedRecv/Send::run
+//!
+//!  receiver, Landlock:  read   config, key, /proc/self (UDP MIB, CPU), /sys net stats (metrics,
+//!                              TUN, TAP)
+//!                       write  --out folder (staging and quarantine are inside it), --pcap-out
+//!                       TCP    connect to the --tcp-connect port only; never bind
+//!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
+//!                       agents, so this output also keeps its capabilities)
+//!  sender, Landlock:    read   the given paths, config, key, /proc/self, /sys net stats; no write
+//!  seccomp groups:      Base + ReadFiles always; UdpReceive | UdpSend; WriteFiles for files
+//!                       out; TcpConnect / UdpSockets for forwarding outputs; TcpAccept for
+//!                       --metrics and --tcp-listen; NetDevices for --tap-out
+//! ```
+//!
+//! `DIODON_SANDBOX_SELFTEST` (a test hook, not a setting): after the
+//! sandbox is applied, the process tries what the variable lists
+//! (`write:PATH`, `read:PATH`, `connect:ADDR`, `exec:PATH`, comma
+//! separated) from a new thread, like its pipeline threads, and logs each
+//! outcome with its errno. Tests use it to show that the real binary is
+//! denied what its policy does not grant.
+
+use crate::files::STAGING;
+use crate::gateway::RecvOutput;
+use crate::packet_sink::PacketOutput;
+use crate::quarantine::QUARANTINE;
+use diodon_io::sandbox::{
+    Applied, Confinement, Landlock, Restrictions, SandboxError, Syscalls, User,
+};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The environment variable of the self-test hook.
+pub const SELFTEST_ENV: &str = "DIODON_SANDBOX_SELFTEST";
+
+/// What the operator asked for.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxOptions {
+    /// `--user NAME` (looked up already).
+    pub user: Option<User>,
+    /// `--no-sandbox`: no `no_new_privs`, Landlock or seccomp (the user is
+    /// still changed when asked).
+    pub off: bool,
+    /// Files the process was configured from (config, key): readable.
+    pub config_files: Vec<PathBuf>,
+    /// `--metrics` is on.
+    pub metrics: bool,
+}
+
+/// Where the kernel's counters are read at run time.
+fn counters_read(metrics_or_links: bool) -> Vec<PathBuf> {
+    // /proc/thread-self/net/snmp and /proc/self/stat are both below the
+    // process's own /proc/PID.
+    let mut v = vec![PathBuf::from("/proc/self")];
+    if metrics_or_links {
+        // /sys/class/net/IF is a symlink into /sys/devices/…/net/IF.
+        v.push("/sys/class/net".into());
+        v.push("/sys/devices".into());
+    }
+    v
+}
+
+/// The receiver's restrictions for `output`.
+pub fn recv_policy(output: &RecvOutput, o: &SandboxOptions) -> Restrictions {
+    let mut landlock = Landlock {
+        read: o.config_files.clone(),
+        ..Landlock::default()
+    };
+    let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpReceive];
+    let mut links = o.metrics;
+    let mut keep_capabilities = false;
+    match output {
+        RecvOutput::Dir { path, files } => {
+            landlock.write.push(path.clone());
+            // An audit log outside the output folder (`--audit`): its
+            // folder, where it is rotated.
+            if let Some(dir) = files.mirror.audit.as_ref().and_then(|a| a.parent()) {
+                if !dir.starts_with(path) {
+                    landlock.write.push(dir.to_path_buf());
+                }
+            }
+            syscalls.push(Syscalls::WriteFiles);
+        }
+        RecvOutput::Stdout => {}
+        RecvOutput::Tcp(dest) => {
+            landlock.tcp_connect.push(dest.port());
+            syscalls.push(Syscalls::TcpConnect);
+        }
+        RecvOutput::UdpForward(_) => syscalls.push(Syscalls::UdpSockets),
+        RecvOutput::Tun { .. } => links = true,
+        RecvOutput::Packets(PacketOutput::Pcap { dir, .. }) => {
+            landlock.write.push(dir.clone());
+            syscalls.push(Syscalls::WriteFiles);
+        }
+        RecvOutput::Packets(PacketOutput::Tap(_)) => {
+            // A TAP per agent, created when its first channel opens.
+            links = true;
+            keep_capabilities = true;
+            landlock.devices.push("/dev/net/tun".into());
+            landlock.write.push("/proc/sys/net/ipv6/conf".into());
+            syscalls.extend([Syscalls::NetDevices, Syscalls::WriteFiles]);
+        }
+    }
+    if o.metrics {
+        syscalls.push(Syscalls::TcpAccept);
+    }
+    landlock.read.extend(counters_read(links));
+    restrictions(o, !keep_capabilities, landlock, syscalls)
+}
+
+/// What the sender reads from.
+#[derive(Debug, Clone)]
+pub enum SendSources {
+    /// Files and directories (read-only beneath each).
+    Paths(Vec<PathBuf>),
+    /// Standard input.
+    Stdin,
+    /// Accepted TCP connections (the listener is bound already).
+    Tcp,
+    /// UDP flows (the socket is bound already).
+    Udp,
+}
+
+/// The sender's restrictions: it reads its sources and writes nothing.
+pub fn send_policy(sources: &SendSources, o: &SandboxOptions) -> Restrictions {
+    let mut landlock = Landlock {
+        read: o.config_files.clone(),
+        ..Landlock::default()
+    };
+    let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpSend];
+    match sources {
+        SendSources::Paths(p) => landlock.read.extend(p.iter().cloned()),
+        SendSources::Stdin => {}
+        SendSources::Tcp => syscalls.push(Syscalls::TcpAccept),
+        SendSources::Udp => syscalls.push(Syscalls::UdpReceive),
+    }
+    if o.metrics {
+        syscalls.push(Syscalls::TcpAccept);
+    }
+    landlock.read.extend(counters_read(o.metrics));
+    restrictions(o, true, landlock, syscalls)
+}
+
+fn restrictions(
+    o: &SandboxOptions,
+    drop_capabilities: bool,
+    landlock: Landlock,
+    syscalls: Vec<Syscalls>,
+) -> Restrictions {
+    Restrictions {
+        user: o.user.clone(),
+        drop_capabilities: drop_capabilities && !o.off,
+        confine: (!o.off).then_some(Confinement { landlock, syscalls }),
+    }
+}
+
+/// The receiver's [`apply`]: when it changes user, the folders it made
+/// inside a file output (staging, quarantine) become that user's first
+/// (the output folder itself must already be; a warning says when not).
+pub fn apply_recv(output: &RecvOutput, r: &Restrictions) -> Result<Applied, SandboxError> {
+    if let (Some(user), RecvOutput::Dir { path, .. }) = (&r.user, output) {
+        for dir in [path.join(STAGING), path.join(QUARANTINE)] {
+            std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid)).map_err(|source| {
+                SandboxError::Os {
+                    step: "handing the staging and quarantine folders to the user",
+                    source,
+                }
+            })?;
+        }
+        if std::fs::metadata(path).is_ok_and(|m| m.uid() != user.uid) {
+            tracing::warn!(
+                folder = %path.display(),
+                user = %user.name,
+                "the output folder is not owned by the user the receiver runs as: files may not be written"
+            );
+        }
+    }
+    apply(r)
+}
+
+/// Applies `r`, logs what was applied in one line, then runs the self-test
+/// hook when its variable is set.
+pub fn apply(r: &Restrictions) -> Result<Applied, SandboxError> {
+    let applied = diodon_io::sandbox::apply(r)?;
+    for p in &applied.missing {
+        tracing::warn!(path = %p.display(), "sandbox: no such path, no rule for it");
+    }
+    tracing::info!("sandbox: {applied}");
+    if let Ok(spec) = std::env::var(SELFTEST_ENV) {
+        // A new thread, as the pipeline's are: it inherits the restrictions.
+        let _ = std::thread::Builder::new()
+            .name("diodon-selftest".into())
+            .spawn(move || self_test(&spec))
+            .map(std::thread::JoinHandle::join);
+    }
+    Ok(applied)
+}
+
+/// Tries each probe of `spec` and logs its outcome.
+fn self_test(spec: &str) {
+    for probe in spec.split(',').filter(|p| !p.is_empty()) {
+        let (kind, arg) = probe.split_once(':').unwrap_or((probe, ""));
+        let result = match kind {
+            "write" => try_write(Path::new(arg)),
+            "read" => std::fs::File::open(arg).and_then(|mut f| f.read(&mut [0u8; 1]).map(drop)),
+            "connect" => arg
+                .parse::<SocketAddr>()
+                .map_err(std::io::Error::other)
+                .and_then(|a| {
+                    std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2))
+                        .map(drop)
+                }),
+            "exec" => std::process::Command::new(arg).status().map(drop),
+            _ => Err(std::io::Error::other("unknown probe")),
+        };
+        match result {
+            Ok(()) => tracing::warn!(probe = kind, target = arg, "sandbox self-test: allowed"),
+            Err(e) => tracing::info!(
+                probe = kind,
+                target = arg,
+                errno = e.raw_os_error().unwrap_or(0),
+                "sandbox self-test: denied: {e}"
+            ),
+        }
+    }
+}
+
+/// Creates `path` (new), writes a byte, removes it again.
+fn try_write(path: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(b"x")?;
+    drop(f);
+    std::fs::remove_file(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::files::FileSinkOptions;
+
+    #[test]
+    fn the_file_receiver_writes_only_its_folder_and_keeps_no_capability() {
+        let o = SandboxOptions {
+            config_files: vec!["/etc/diodon/a.toml".into()],
+            ..SandboxOptions::default()
+        };
+        let r = recv_policy(
+            &RecvOutput::Dir {
+                path: "/srv/in".into(),
+                files: FileSinkOptions::default(),
+            },
+            &o,
+        );
+        assert!(r.drop_capabilities);
+        let c = r.confine.expect("confined");
+        assert_eq!(c.landlock.write, vec![PathBuf::from("/srv/in")]);
+        assert!(c.landlock.read.contains(&"/etc/diodon/a.toml".into()));
+        assert!(c.landlock.tcp_connect.is_empty());
+        assert!(c.syscalls.contains(&Syscalls::WriteFiles));
+        assert!(!c.syscalls.contains(&Syscalls::TcpConnect));
+    }
+
+    #[test]
+    fn the_tcp_receiver_connects_to_its_port_and_writes_nothing() {
+        let r = recv_policy(
+            &RecvOutput::Tcp("127.0.0.1:9000".parse().expect("addr")),
+            &SandboxOptions::default(),
+        );
+        let c = r.confine.expect("confined");
+        assert_eq!(c.landlock.tcp_connect, vec![9000]);
+        assert!(c.landlock.write.is_empty());
+        assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+    }
+
+    #[test]
+    fn the_sender_reads_its_paths_and_writes_nothing() {
+        let r = send_policy(
+            &SendSources::Paths(vec!["/data/out".into()]),
+            &SandboxOptions::default(),
+        );
+        let c = r.confine.expect("confined");
+        assert!(c.landlock.read.contains(&"/data/out".into()));
+        assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
+        assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+    }
+
+    #[test]
+    fn no_sandbox_still_changes_the_user() {
+        let o = SandboxOptions {
+            user: Some(User {
+                name: "nobody".into(),
+                uid: 65534,
+                gid: 65534,
+            }),
+            off: true,
+            ..SandboxOptions::default()
+        };
+        let r = recv_policy(&RecvOutput::Stdout, &o);
+        assert!(r.confine.is_none());
+        assert_eq!(r.user.map(|u| u.uid), Some(65534));
+    }
+}

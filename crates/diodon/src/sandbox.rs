@@ -1,0 +1,47 @@
+//! `--user` and `--no-sandbox` (and their TOML keys) become the
+//! [`SandboxOptions`] the library's policy starts from.
+//!
+//! ```text
+//!  SandboxArgs + FileConfig + --config, key file, --metrics ─► SandboxOptions
+//!  ─► diodon_apps::sandbox::{recv_policy, send_policy} ─► apply (after open_recv / open_send)
+//! ```
+
+use crate::args::{LinkArgs, SandboxArgs};
+use crate::config::{pick, FileConfig};
+use crate::fatal::Fatal;
+use anyhow::anyhow;
+use diodon_apps::sandbox::SandboxOptions;
+use diodon_io::sandbox::{is_root, User};
+
+/// The operator's sandbox settings, the user looked up.
+pub fn options(
+    a: &SandboxArgs,
+    file: &FileConfig,
+    link: &LinkArgs,
+    metrics: bool,
+) -> Result<SandboxOptions, Fatal> {
+    let user = match pick(a.user.as_ref(), file.user.as_ref()) {
+        Some(name) => {
+            if !is_root() {
+                return Err(Fatal::config(anyhow!(
+                    "--user {name}: changing user needs the process to start as root"
+                )));
+            }
+            Some(User::lookup(&name).map_err(|e| Fatal::config(e.into()))?)
+        }
+        None => None,
+    };
+    let config_files = [
+        link.config.clone(),
+        link.key_file.clone().or_else(|| file.key_file.clone()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Ok(SandboxOptions {
+        user,
+        off: a.no_sandbox || file.no_sandbox.unwrap_or(false),
+        config_files,
+        metrics,
+    })
+}
