@@ -41,6 +41,7 @@ contents=$(dpkg-deb --contents "$deb" | awk '{print $NF}')
 missing=0
 for want in ./usr/bin/diodon \
     ./lib/systemd/system/diodon-recv@.service ./lib/systemd/system/diodon-send@.service \
+    ./lib/systemd/system/diodon-sync@.service ./usr/share/man/man1/diodon-sync.1.gz \
     ./usr/share/man/man1/diodon.1.gz ./usr/share/man/man1/diodon-recv.1.gz \
     ./usr/share/man/man1/diodon-send.1.gz ./usr/share/man/man1/diodon-tunnel-send.1.gz \
     ./usr/share/bash-completion/completions/diodon ./usr/share/zsh/vendor-completions/_diodon \

@@ -227,7 +227,14 @@ fn runs_with(side: &str, config: &Path) -> Result<(), String> {
 fn the_example_configurations_are_accepted_and_a_typo_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");
     let out = dir.path().join("in");
-    for (side, file) in [("recv", "recv.toml.example"), ("send", "send.toml.example")] {
+    let share = dir.path().join("share");
+    std::fs::create_dir(&share).expect("share");
+    std::fs::write(share.join("a.txt"), b"a").expect("file");
+    for (side, file) in [
+        ("recv", "recv.toml.example"),
+        ("send", "send.toml.example"),
+        ("sync", "sync.toml.example"),
+    ] {
         let text =
             std::fs::read_to_string(repo().join("packaging/etc").join(file)).expect("example");
         // The same file on loopback, with ports and folders of this test.
@@ -236,7 +243,13 @@ fn the_example_configurations_are_accepted_and_a_typo_is_refused() {
             .replace("/var/lib/diodon/NAME/in", out.to_str().expect("utf-8"))
             .replace("127.0.0.1:9978", "127.0.0.1:0")
             .replace("127.0.0.1:9977", "127.0.0.1:0")
-            .replace("127.0.0.1:5514", "127.0.0.1:0");
+            .replace("127.0.0.1:5514", "127.0.0.1:0")
+            .replace("127.0.0.1:9979", "127.0.0.1:0")
+            .replace("/srv/share", share.to_str().expect("utf-8"))
+            .replace(
+                "/var/lib/diodon/NAME/sync.sqlite",
+                dir.path().join("sync.sqlite").to_str().expect("utf-8"),
+            );
         let path = dir.path().join(file);
         std::fs::write(&path, &local).expect("write");
         if let Err(e) = runs_with(side, &path) {
