@@ -19,7 +19,6 @@ use diodon_apps::tap::{run_tap, AgentSpec, EncapOptions, TapJob};
 use diodon_apps::{report::Exit, SendOptions};
 use diodon_filter::{FlowMode, Mac};
 use diodon_io::UdpConfig;
-use diodon_proto::SenderConfig;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -102,18 +101,9 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
     });
     let diode = match args.to.or(file.to) {
         Some(to) => {
-            let config = SenderConfig {
-                symbol_size: link.symbol_size(to)?,
-                block_symbols: link.block,
-                repair: link.repair,
-                interleave_depth: link.interleave,
-                rate: link.rate,
-                per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
-                integrity: link.integrity.clone(),
-                delta_t: link.delta_t,
-                beacon_interval: link.beacon,
-                ..SenderConfig::default()
-            };
+            // The same core settings as `send` (incl. --expected-loss and
+            // the loss model's repair for short blocks).
+            let config = crate::send::sender_config(&link, to).map_err(|f| f.1)?;
             config.validate()?;
             let any = if to.is_ipv6() {
                 SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0))
