@@ -16,7 +16,7 @@
 
 use super::inbox::{Inbox, ReadResult};
 use super::state::FileRow;
-use crate::files::read_full;
+use crate::files::read_chunk;
 use crate::send::{SourceHandle, CHUNK};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
 use std::fs::{File, OpenOptions};
@@ -142,19 +142,18 @@ fn send_one(
     }
     let mut total = 0u64;
     loop {
-        let mut buf = vec![0u8; CHUNK];
-        let n = match read_full(&mut file, &mut buf) {
-            Ok(n) => n,
+        let buf = match read_chunk(&mut file, CHUNK) {
+            Ok(buf) => buf,
             Err(e) => {
                 let _ = handle.abort(token, format!("read: {e}"));
                 return ReadResult::Unreadable(format!("read: {e}"));
             }
         };
+        let n = buf.len();
         if n == 0 {
             break;
         }
         total += n as u64;
-        buf.truncate(n);
         if handle.data(token, buf).is_err() {
             return ReadResult::Closed;
         }

@@ -17,7 +17,7 @@
 
 use std::ffi::c_int;
 use std::io;
-use std::mem::{self, size_of};
+use std::mem::{self, size_of, MaybeUninit};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
@@ -201,28 +201,32 @@ impl BatchReceiver {
     /// size); returns the messages read.
     fn recv_now(&mut self, into: &mut RecvBuffer) -> Result<usize, UdpError> {
         into.clear();
-        // SAFETY: iovec and mmsghdr are plain C structs; all-zero is valid.
-        let mut iov: [libc::iovec; MAX_RECV_SLOTS] = unsafe { mem::zeroed() };
-        // SAFETY: as above.
-        let mut hdrs: [libc::mmsghdr; MAX_RECV_SLOTS] = unsafe { mem::zeroed() };
+        // Only the first `slots` headers are written (and zeroed): zeroing all
+        // MAX_RECV_SLOTS of them on every call was most of a quiet
+        // receiver's user-space work.
+        let mut iov = [MaybeUninit::<libc::iovec>::uninit(); MAX_RECV_SLOTS];
+        let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); MAX_RECV_SLOTS];
         let base = into.buf.as_mut_ptr();
         let names = self.names.as_mut_ptr();
         let control = self.control.as_mut_ptr();
         for i in 0..self.slots {
             // SAFETY: `i < slots`, and `into.buf`, `names` and `control`
-            // hold `slots` slots of the sizes used here (`fit` sized `into`).
+            // hold `slots` slots of the sizes used here (`fit` sized `into`);
+            // mmsghdr is a plain C struct for which all-zero is valid.
             unsafe {
-                iov[i] = libc::iovec {
+                let io = iov[i].write(libc::iovec {
                     iov_base: base.add(i * self.slot_size).cast(),
                     iov_len: self.slot_size,
-                };
-                let h = &mut hdrs[i].msg_hdr;
+                });
+                let mut m: libc::mmsghdr = mem::zeroed();
+                let h = &mut m.msg_hdr;
                 h.msg_name = names.add(i).cast();
                 h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                h.msg_iov = &raw mut iov[i];
+                h.msg_iov = ptr::from_mut(io);
                 h.msg_iovlen = 1;
                 h.msg_control = control.add(i * RECV_CONTROL_WORDS).cast();
                 h.msg_controllen = (RECV_CONTROL_WORDS * size_of::<u64>()) as _;
+                hdrs[i].write(m);
             }
         }
         let n = loop {
@@ -231,7 +235,7 @@ impl BatchReceiver {
             let rc = unsafe {
                 libc::recvmmsg(
                     self.fd.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
+                    hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
                     self.slots as u32,
                     libc::MSG_DONTWAIT,
                     ptr::null_mut(),
@@ -259,6 +263,9 @@ impl BatchReceiver {
             self.counters.batches += 1;
         }
         for (slot, h) in hdrs.iter().enumerate().take(n) {
+            // SAFETY: the first `slots` headers were written above, and the
+            // kernel fills at most `slots` (n <= slots).
+            let h = unsafe { h.assume_init_ref() };
             let len = h.msg_len as usize;
             let flags = h.msg_hdr.msg_flags;
             let (segment, drops) = parse_recv_cmsgs(&h.msg_hdr);
