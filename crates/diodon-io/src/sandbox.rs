@@ -278,6 +278,11 @@ static PINNED: Mutex<Vec<PathFd>> = Mutex::new(Vec::new());
 /// Restricts the whole process, in the order of the module diagram. Must be
 /// called while the process has exactly one thread.
 pub fn apply(r: &Restrictions) -> Result<Applied, SandboxError> {
+    if r.user.is_none() && !r.drop_capabilities && r.confine.is_none() {
+        // Nothing asked for (`--no-sandbox` without `--user`): extra threads
+        // (a profiler's, a preloaded library's) are no one's concern.
+        return Ok(Applied::default());
+    }
     let threads = thread_count().map_err(SandboxError::os("counting threads"))?;
     if threads != 1 {
         return Err(SandboxError::Threads(threads));
@@ -845,6 +850,24 @@ mod tests {
         assert_eq!(a.0.get(&libc::SYS_openat), Some(&None));
         let r = allow_list(&[Syscalls::ReadFiles]);
         assert!(matches!(r.0.get(&libc::SYS_openat), Some(Some(v)) if v.len() == 1));
+    }
+
+    #[test]
+    fn nothing_to_restrict_is_fine_with_many_threads_and_something_is_not() {
+        let keep = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_secs(2)));
+        assert!(thread_count().expect("threads") > 1);
+        let none = Restrictions {
+            user: None,
+            drop_capabilities: false,
+            confine: None,
+        };
+        assert!(apply(&none).is_ok(), "--no-sandbox restricts nothing");
+        let some = Restrictions {
+            drop_capabilities: true,
+            ..none
+        };
+        assert!(matches!(apply(&some), Err(SandboxError::Threads(n)) if n > 1));
+        keep.join().expect("the helper thread");
     }
 
     #[test]
