@@ -13,11 +13,14 @@
 #   print a table and append it to BENCHMARKS.md (unless --no-record)
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
-#                              [--baseline GIT-REV] [--no-record]
+#                              [--baseline GIT-REV] [--send-args "ARGS"] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
 # Diodon alternately with this one on the same testbed, then prints the medians
 # and the ratio this / baseline (the "no slower than before" check).
+# --send-args "ARGS" adds ARGS to every sender's command line, both versions' (e.g.
+# "--block 64" runs this version with the baseline's block size, so the A/B measures the
+# code and not the change of defaults).
 # Exit status 1 when a transfer failed or its output differs.
 # Needs root (network namespaces). Builds with cargo (CARGO_TARGET_DIR honoured).
 set -euo pipefail
@@ -31,6 +34,7 @@ RECORD=yes
 REPAIR=10
 RUNS=1
 BASELINE=
+SEND_ARGS=
 BASE_BIN=
 BASE_LABEL=
 STATUS=0
@@ -47,6 +51,7 @@ while [[ $# -gt 0 ]]; do
     --no-record) RECORD=no; shift ;;
     --runs) RUNS=${2:?}; shift 2 ;;
     --baseline) BASELINE=${2:?}; shift 2 ;;
+    --send-args) SEND_ARGS=${2:?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-link: unknown option $1" >&2; exit 2 ;;
     esac
@@ -83,14 +88,15 @@ RESULTS="$WORK/results.jsonl"
 # run_diodon LABEL BIN MTU RUN: one verified transfer; appends a JSON line to $RESULTS.
 run_diodon() {
     local label=$1 bin=$2 mtu=$3 run=$4
-    echo "bench-link: MTU $mtu $label run $run: unlimited rate, $REPAIR % repair" >&2
+    echo "bench-link: MTU $mtu $label run $run: unlimited rate, $REPAIR % repair${SEND_ARGS:+, $SEND_ARGS}" >&2
     rm -rf "$WORK/out"
     "$TB" exec rx "$bin" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
         --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local recv_pid=$!
     sleep 0.5
+    # shellcheck disable=SC2086 # SEND_ARGS is split into words on purpose
     "$TB" exec tx "$bin" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
-        --mtu "$mtu" "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
+        --mtu "$mtu" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
     wait "$recv_pid" || true
     local got sha_ok guard
     got=$(sha256sum "$WORK/out/random.bin" 2>/dev/null | cut -d' ' -f1 || true)
