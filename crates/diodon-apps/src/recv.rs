@@ -13,7 +13,8 @@
 //! (`RecvBuffer`, slots × slot size); the buffer itself is queued to the
 //! decoder, which reads the datagrams in place and sends it back empty. At
 //! most `queue_batches` + 2 buffers exist; their pages become resident only
-//! as datagrams fill them.
+//! as datagrams fill them, and an idle buffer beyond the few kept warm gives
+//! its pages back (the receiver's memory stays flat, `BufferPool`).
 //!
 //! A full queue blocks its producer: the net thread then stops draining and
 //! the kernel socket buffer absorbs the burst (its overflow is counted with
@@ -262,17 +263,39 @@ struct NetBatch {
 /// a stack, so the buffer reused next is the one freed last, still warm in
 /// the caches and the TLB (a queue would cycle through every buffer ever
 /// made, each cold). Holds at most the buffers that exist (≤ queue + 2).
+/// Only the top [`WARM_BUFFERS`] keep their memory: a buffer returned
+/// beyond them gives its pages back to the kernel and goes to the bottom,
+/// so a burst that made the decoder lag (and the net thread fill many
+/// buffers) leaves no resident memory behind — the receiver's memory stays
+/// flat over months instead of growing towards queue × buffer size.
 #[derive(Default)]
-struct BufferPool(Mutex<Vec<NetBatch>>);
+struct BufferPool(Mutex<IdleBuffers>);
+
+/// Idle receive buffers that keep their pages.
+const WARM_BUFFERS: usize = 8;
+
+#[derive(Default)]
+struct IdleBuffers {
+    /// Their pages still resident, the last returned on top.
+    warm: Vec<NetBatch>,
+    /// Their pages given back.
+    cold: Vec<NetBatch>,
+}
 
 impl BufferPool {
     fn take(&self) -> Option<NetBatch> {
-        self.0.lock().ok()?.pop()
+        let mut idle = self.0.lock().ok()?;
+        idle.warm.pop().or_else(|| idle.cold.pop())
     }
 
-    fn give_back(&self, batch: NetBatch) {
-        if let Ok(mut free) = self.0.lock() {
-            free.push(batch);
+    fn give_back(&self, mut batch: NetBatch) {
+        if let Ok(mut idle) = self.0.lock() {
+            if idle.warm.len() < WARM_BUFFERS {
+                idle.warm.push(batch);
+            } else {
+                batch.datagrams.release_pages();
+                idle.cold.push(batch);
+            }
         }
     }
 }

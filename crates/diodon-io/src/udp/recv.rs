@@ -391,6 +391,27 @@ impl RecvBuffer {
         self.clear();
     }
 
+    /// Gives the buffer's memory back to the kernel (`MADV_DONTNEED`): the
+    /// buffer keeps its size, its pages read as zeros and become resident
+    /// again only as datagrams fill them. For a pool that keeps idle
+    /// buffers without keeping their memory.
+    pub fn release_pages(&mut self) {
+        self.clear();
+        let page = page_size();
+        let start = self.buf.as_mut_ptr() as usize;
+        let first = start.next_multiple_of(page);
+        let end = (start + self.buf.len()) / page * page;
+        if end > first {
+            // SAFETY: [first, end) is page-aligned and lies inside `buf`,
+            // which we hold exclusively; its private anonymous pages read
+            // back as zeros, a valid value for u8. Failure leaves the
+            // memory as it was.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
+            }
+        }
+    }
+
     fn clear(&mut self) {
         self.meta.clear();
         self.datagrams = 0;
@@ -487,4 +508,11 @@ impl<'a> Iterator for Datagrams<'a> {
             self.current = Some((m.src, data, m.segment));
         }
     }
+}
+
+/// The system's page size.
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
