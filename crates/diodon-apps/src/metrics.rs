@@ -13,8 +13,10 @@
 //!     packets     PacketSinkCounters (tap channels: delivered, lost, late)
 //!     tap         TapCounters, TapAgentCounters{agent=…}, RuleHitCounters{line=…,action=…}
 //!     agent       AgentCounters (decapsulated, passed, delivered, ring and output drops)
-//!     kernel      kernel_udp_* (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
-//!     link        kernel_link_*{interface=…} (sysfs, every interface of the netns)
+//!     kernel      kernel_udp_*{scope="netns"} (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
+//!     link        kernel_link_*{interface=…,scope="netns"} (sysfs, every interface of the netns)
+//!                 (scope="netns": the namespace's totals, other traffic included;
+//!                 a run's own change is in its summary's `kernel`)
 //!                 diodon_interface_in_use{interface=…}: the one carrying the link
 //! ```
 //!
@@ -258,7 +260,8 @@ pub struct Counters {
     /// (the tap's per-agent and per-rule counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labeled: BTreeMap<String, Snapshot>,
-    /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`).
+    /// The kernel's sets of the namespace by subsystem (`udp`, `udp6`):
+    /// the namespace's totals, other traffic included.
     pub kernel: BTreeMap<String, Snapshot>,
     /// Link statistics (`LinkStats`) by interface.
     pub link: BTreeMap<String, Snapshot>,
@@ -276,11 +279,19 @@ pub trait Exporter {
     fn interface_in_use(&mut self, interface: &str);
 }
 
+/// The `scope` label of the kernel's counters: totals of the whole network
+/// namespace since it (or the interface) came up, not Diodon's own and not
+/// one run's (the summaries hold a run's deltas).
+pub const KERNEL_SCOPE: (&str, &str) = ("scope", "netns");
+
 impl Exporter for Page {
     fn set<C: CounterSet>(&mut self, set: &C, subsystem: &str, interface: Option<&str>) {
-        match interface {
-            Some(i) => self.add_as(set, subsystem, &[("interface", i)]),
-            None => self.add_as(set, subsystem, &[]),
+        let kernel = C::OWNER != Owner::Diodon;
+        match (interface, kernel) {
+            (Some(i), true) => self.add_as(set, subsystem, &[("interface", i), KERNEL_SCOPE]),
+            (Some(i), false) => self.add_as(set, subsystem, &[("interface", i)]),
+            (None, true) => self.add_as(set, subsystem, &[KERNEL_SCOPE]),
+            (None, false) => self.add_as(set, subsystem, &[]),
         }
     }
 

@@ -146,7 +146,10 @@ pub struct SendSummary {
     pub core: Snapshot,
     /// The socket's counters (`SenderCounters`: ENOBUFS/EAGAIN waits, GSO calls).
     pub socket: Snapshot,
-    /// The kernel's UDP MIB over the run (`UdpSnmp`).
+    /// The kernel's UDP MIB over the run (`UdpSnmp`): the change during
+    /// this run of the network namespace's totals, so it includes any other
+    /// UDP traffic of the namespace (the metrics page shows the totals
+    /// themselves, labelled `scope="netns"`).
     pub kernel: Snapshot,
     /// With `--udp-listen`: what the UDP-flow source read and what the
     /// kernel dropped on its socket (the source outran the link).
@@ -245,7 +248,7 @@ impl SendSummary {
         );
         let _ = writeln!(
             s,
-            "  local queue waits: ENOBUFS {} EAGAIN {}; kernel: OutDatagrams {} SndbufErrors {}",
+            "  local queue waits: ENOBUFS {} EAGAIN {}; kernel, whole namespace during the run (GSO batches count once): OutDatagrams {} SndbufErrors {}",
             io.get("enobufs_retries"),
             io.get("eagain_retries"),
             k.get("out_datagrams"),
@@ -307,7 +310,10 @@ pub struct RecvSummary {
     /// The receiving socket's counters (`RecvSocketCounters`: datagrams,
     /// packets the kernel dropped).
     pub socket: Snapshot,
-    /// The kernel's UDP MIB over the run (`UdpSnmp`).
+    /// The kernel's UDP MIB over the run (`UdpSnmp`): the change during
+    /// this run of the network namespace's totals, so it includes any other
+    /// UDP traffic of the namespace (the metrics page shows the totals
+    /// themselves, labelled `scope="netns"`).
     pub kernel: Snapshot,
     /// With `--udp-forward`: what was sent to the destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -521,7 +527,7 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  socket: kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            "  socket: kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel, whole namespace during the run (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
             io.get("dropped_packets"),
             self.rcvbuf,
             self.queue_full_waits,

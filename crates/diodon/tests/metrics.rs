@@ -101,9 +101,9 @@ fn metrics_are_served_and_move_during_a_transfer() {
         "diodon_sender_datagrams_sent_total",
         "diodon_sender_accepted_bytes_total",
         "diodon_sender_socket_enobufs_retries_total",
-        "kernel_udp_out_datagrams_total",
-        "kernel_udp_sndbuf_errors_total",
-        "kernel_link_tx_dropped_total{interface=\"lo\"}",
+        "kernel_udp_out_datagrams_total{scope=\"netns\"}",
+        "kernel_udp_sndbuf_errors_total{scope=\"netns\"}",
+        "kernel_link_tx_dropped_total{interface=\"lo\",scope=\"netns\"}",
         "diodon_interface_in_use{interface=\"lo\"}",
     ] {
         assert!(t2.contains_key(name), "sender lacks {name}");
@@ -112,14 +112,14 @@ fn metrics_are_served_and_move_during_a_transfer() {
         "diodon_receiver_datagrams_total",
         "diodon_receiver_missing_total",
         "diodon_receiver_socket_dropped_packets_total",
-        "kernel_udp_in_datagrams_total",
-        "kernel_udp_in_errors_total",
-        "kernel_udp_rcvbuf_errors_total",
-        "kernel_udp_sndbuf_errors_total",
-        "kernel_udp_in_csum_errors_total",
-        "kernel_link_rx_dropped_total{interface=\"lo\"}",
-        "kernel_link_rx_errors_total{interface=\"lo\"}",
-        "kernel_link_tx_errors_total{interface=\"lo\"}",
+        "kernel_udp_in_datagrams_total{scope=\"netns\"}",
+        "kernel_udp_in_errors_total{scope=\"netns\"}",
+        "kernel_udp_rcvbuf_errors_total{scope=\"netns\"}",
+        "kernel_udp_sndbuf_errors_total{scope=\"netns\"}",
+        "kernel_udp_in_csum_errors_total{scope=\"netns\"}",
+        "kernel_link_rx_dropped_total{interface=\"lo\",scope=\"netns\"}",
+        "kernel_link_rx_errors_total{interface=\"lo\",scope=\"netns\"}",
+        "kernel_link_tx_errors_total{interface=\"lo\",scope=\"netns\"}",
     ] {
         assert!(r2.contains_key(name), "receiver lacks {name}");
     }
@@ -128,11 +128,15 @@ fn metrics_are_served_and_move_during_a_transfer() {
     };
     moved(&t1, &t2, "diodon_sender_datagrams_sent_total");
     moved(&t1, &t2, "diodon_sender_accepted_bytes_total");
-    moved(&t1, &t2, "kernel_udp_out_datagrams_total");
+    moved(&t1, &t2, "kernel_udp_out_datagrams_total{scope=\"netns\"}");
     moved(&r0, &r2, "diodon_receiver_datagrams_total");
     moved(&r0, &r2, "diodon_receiver_socket_datagrams_total");
-    moved(&r0, &r2, "kernel_udp_in_datagrams_total");
-    moved(&r0, &r2, "kernel_link_rx_packets_total{interface=\"lo\"}");
+    moved(&r0, &r2, "kernel_udp_in_datagrams_total{scope=\"netns\"}");
+    moved(
+        &r0,
+        &r2,
+        "kernel_link_rx_packets_total{interface=\"lo\",scope=\"netns\"}",
+    );
     // The link's state: down before the sender, up during the transfer.
     assert_eq!(r0["diodon_link_up"], 0);
     assert_eq!(r2["diodon_link_up"], 1);
