@@ -82,6 +82,11 @@ pub struct PacketAgent {
     pub lost: u64,
 }
 
+/// The version of the summaries' JSON (docs/json.md). 2: both sides write
+/// a channel as `name`, `bytes`, `verdict`, `blake3` / `reason` (before,
+/// the sender wrote `digest` and `status`).
+pub const SUMMARY_SCHEMA: u32 = 2;
+
 /// The kernel's UDP counters over a run: `after − before` (empty when either
 /// read failed, e.g. no `/proc`).
 pub fn kernel_delta(before: Option<UdpSnmp>, after: Option<UdpSnmp>) -> Snapshot {
@@ -120,6 +125,9 @@ fn mbps(bytes: u64, d: Duration) -> f64 {
 pub struct SendSummary {
     /// Always `send`.
     pub side: String,
+    /// [`SUMMARY_SCHEMA`] (0 when read from a version that wrote none).
+    #[serde(default)]
+    pub schema: u32,
     /// Session id, hex.
     pub session: String,
     /// Channel bytes accepted.
@@ -166,6 +174,7 @@ impl SendSummary {
     pub fn new(r: &SendReport, kernel: Snapshot, cpu_s: f64, source_errors: usize) -> Self {
         SendSummary {
             side: "send".into(),
+            schema: SUMMARY_SCHEMA,
             session: r.session.to_string(),
             bytes: r.stats.bytes_accepted,
             duration_s: r.duration.as_secs_f64(),
@@ -279,6 +288,9 @@ impl SendSummary {
 pub struct RecvSummary {
     /// Always `recv`.
     pub side: String,
+    /// [`SUMMARY_SCHEMA`] (0 when read from a version that wrote none).
+    #[serde(default)]
+    pub schema: u32,
     /// Sender sessions seen, hex.
     pub sessions: Vec<String>,
     /// Verified bytes.
@@ -360,6 +372,7 @@ impl RecvSummary {
         };
         RecvSummary {
             side: "recv".into(),
+            schema: SUMMARY_SCHEMA,
             sessions: r.sessions.clone(),
             bytes: verified_bytes,
             duration_s: r.duration.as_secs_f64(),

@@ -191,7 +191,12 @@ pub struct SendProgress {
 }
 
 /// A channel the sender finished.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+///
+/// In JSON it has the shape of the receiver's [`crate::ChannelOutcome`]
+/// (docs/json.md): `name`, `bytes`, `verdict` (`sent`, `aborted`,
+/// `refused`), `blake3` when the digest is known, `reason` when refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "SentChannelJson", try_from = "SentChannelJson")]
 pub struct SentChannel {
     /// Channel name.
     pub name: String,
@@ -204,9 +209,8 @@ pub struct SentChannel {
 }
 
 /// How a channel ended on the sending side. Reports print it as `sent`,
-/// `aborted` or `refused: <why>` (and read it back from that text).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(into = "String", try_from = "String")]
+/// `aborted` or `refused: <why>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SentStatus {
     /// Every symbol and every trailer copy left.
     Sent,
@@ -226,23 +230,50 @@ impl std::fmt::Display for SentStatus {
     }
 }
 
-impl From<SentStatus> for String {
-    fn from(s: SentStatus) -> String {
-        s.to_string()
+/// [`SentChannel`] as it is written in JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SentChannelJson {
+    name: String,
+    bytes: u64,
+    verdict: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    blake3: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+impl From<SentChannel> for SentChannelJson {
+    fn from(c: SentChannel) -> Self {
+        let (verdict, reason) = match c.status {
+            SentStatus::Sent => ("sent", None),
+            SentStatus::Aborted => ("aborted", None),
+            SentStatus::Refused(why) => ("refused", Some(why)),
+        };
+        SentChannelJson {
+            name: c.name,
+            bytes: c.bytes,
+            verdict: verdict.into(),
+            blake3: c.digest,
+            reason,
+        }
     }
 }
 
-impl TryFrom<String> for SentStatus {
+impl TryFrom<SentChannelJson> for SentChannel {
     type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        match s.as_str() {
-            "sent" => Ok(SentStatus::Sent),
-            "aborted" => Ok(SentStatus::Aborted),
-            _ => match s.strip_prefix("refused: ") {
-                Some(why) => Ok(SentStatus::Refused(why.to_owned())),
-                None => Err(format!("unknown channel status {s:?}")),
-            },
-        }
+    fn try_from(j: SentChannelJson) -> Result<Self, String> {
+        let status = match (j.verdict.as_str(), j.reason) {
+            ("sent", _) => SentStatus::Sent,
+            ("aborted", _) => SentStatus::Aborted,
+            ("refused", why) => SentStatus::Refused(why.unwrap_or_default()),
+            (other, _) => return Err(format!("unknown sent-channel verdict {other:?}")),
+        };
+        Ok(SentChannel {
+            name: j.name,
+            bytes: j.bytes,
+            digest: j.blake3,
+            status,
+        })
     }
 }
 
@@ -727,26 +758,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sent_status_reads_and_writes_the_report_text() {
-        for (status, text) in [
-            (SentStatus::Sent, "sent"),
-            (SentStatus::Aborted, "aborted"),
+    fn a_sent_channel_is_written_like_a_received_one() {
+        for (status, digest, json) in [
+            (
+                SentStatus::Sent,
+                "ab",
+                r#"{"name":"f","bytes":1,"verdict":"sent","blake3":"ab"}"#,
+            ),
+            (
+                SentStatus::Aborted,
+                "",
+                r#"{"name":"f","bytes":1,"verdict":"aborted"}"#,
+            ),
             (
                 SentStatus::Refused("channel ids exhausted".into()),
-                "refused: channel ids exhausted",
+                "",
+                r#"{"name":"f","bytes":1,"verdict":"refused","reason":"channel ids exhausted"}"#,
             ),
         ] {
             let ch = SentChannel {
                 name: "f".into(),
                 bytes: 1,
-                digest: String::new(),
-                status: status.clone(),
+                digest: digest.into(),
+                status,
             };
-            let json = serde_json::to_string(&ch).unwrap_or_default();
-            assert!(json.contains(&format!("\"status\":\"{text}\"")), "{json}");
-            let back: SentChannel = serde_json::from_str(&json).expect("round trip");
-            assert_eq!(back.status, status);
+            assert_eq!(serde_json::to_string(&ch).unwrap_or_default(), json);
+            let back: SentChannel = serde_json::from_str(json).expect("round trip");
+            assert_eq!(back, ch);
         }
-        assert!(serde_json::from_str::<SentStatus>("\"lost\"").is_err());
+        assert!(
+            serde_json::from_str::<SentChannel>(r#"{"name":"f","bytes":1,"verdict":"lost"}"#)
+                .is_err()
+        );
     }
 }

@@ -58,7 +58,7 @@ fn metrics_are_served_and_move_during_a_transfer() {
         diodon_testkit::free_tcp().to_string(),
         diodon_testkit::free_tcp().to_string(),
     );
-    let mut rx = Command::new(BIN)
+    let rx = Command::new(BIN)
         .args([
             "recv",
             "--listen",
@@ -76,7 +76,7 @@ fn metrics_are_served_and_move_during_a_transfer() {
         .unwrap();
     let r0 = scrape_when_up(&rx_m);
     // 40 MB at 200 Mbit/s: about 1.8 s, long enough to scrape twice.
-    let mut tx = Command::new(BIN)
+    let tx = Command::new(BIN)
         .args([
             "send",
             "--to",
@@ -85,17 +85,23 @@ fn metrics_are_served_and_move_during_a_transfer() {
             "200mbit",
             "--metrics",
             &tx_m,
+            "--json",
         ])
         .arg(&src)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let t1 = scrape_when_up(&tx_m);
     std::thread::sleep(Duration::from_millis(600));
     let (t2, r2) = (scrape(&tx_m), scrape(&rx_m));
-    assert!(tx.wait().unwrap().success());
-    assert!(rx.wait().unwrap().success());
+    let (tx_out, rx_out) = (
+        tx.wait_with_output().unwrap(),
+        rx.wait_with_output().unwrap(),
+    );
+    assert!(tx_out.status.success());
+    assert!(rx_out.status.success());
+    one_schema_for_both_summaries(&tx_out.stdout, &rx_out.stdout);
 
     for name in [
         "diodon_sender_datagrams_sent_total",
@@ -143,4 +149,24 @@ fn metrics_are_served_and_move_during_a_transfer() {
     assert!(r2["diodon_link_session_started_seconds"] > 1_700_000_000);
     assert!(r2["diodon_link_since_last_datagram_seconds"] <= 1);
     assert_eq!(r2["diodon_link_alarms_silent_total"], 0);
+}
+
+/// Both sides' summaries carry schema 2 and write the channel the same way
+/// (docs/json.md).
+fn one_schema_for_both_summaries(tx_stdout: &[u8], rx_stdout: &[u8]) {
+    let last_json = |out: &[u8]| -> serde_json::Value {
+        String::from_utf8_lossy(out)
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap()
+    };
+    let (ts, rs) = (last_json(tx_stdout), last_json(rx_stdout));
+    assert_eq!((&ts["schema"], &rs["schema"]), (&2.into(), &2.into()));
+    let (tc, rc) = (&ts["channels"][0], &rs["channels"][0]);
+    assert_eq!(tc["verdict"], "sent", "{tc}");
+    assert_eq!(rc["verdict"], "verified", "{rc}");
+    assert_eq!(tc["blake3"].as_str().map(str::len), Some(64), "{tc}");
+    assert_eq!(tc["blake3"], rc["blake3"]);
+    assert_eq!((&tc["name"], &tc["bytes"]), (&rc["name"], &rc["bytes"]));
 }
