@@ -15,7 +15,8 @@
 #
 # Usage: scripts/bench-tunnel.sh [--queues "1 5 10 25 50 100 500 1000"] [--seconds 2]
 #                                [--payload 1000] [--out results/tunnel-fig4]
-# Writes OUT/fig4.csv (reader,qlen,offered,lost,loss_pct,throughput_mbps) and prints a
+# Writes OUT/fig4.csv (reader,qlen,offered,lost,loss_pct,throughput_mbps), draws it as
+# OUT/loss.png and OUT/throughput.png (diodon-lab plot-fig4) and prints a
 # table. Needs root. The machine is shared: numbers move with other load.
 set -euo pipefail
 
@@ -103,3 +104,4 @@ echo
 echo "| txqueuelen | naive: Mbit/s read | naive: lost % | Diodon: Mbit/s read | Diodon: lost % |"
 echo "|---|---|---|---|---|"
 awk -F, 'NR > 1 { if ($1 == "naive") { n[$2] = $6 " | " $5 } else { printf "| %s | %s | %s | %s |\n", $2, n[$2], $6, $5 } }' "$csv"
+"$BIN/diodon-lab" plot-fig4 --csv "$csv"

@@ -6,6 +6,7 @@
 //!  diodon-lab trial PLAN.toml ─► trial.rs ─► diodon_lab::trial::run ─► diodon_lab::report
 //!  diodon-lab relay …         ─► relay.rs ─► diodon_lab::relay::{run_udp, run_tun_pair}
 //!  diodon-lab trace …         ─► trace.rs ─► diodon_lab::trace::write (pcap for tcpreplay)
+//!  diodon-lab plot-fig4 …     ─► plot.rs  ─► diodon_lab::plot::plot_fig4 (bench-tunnel.sh's CSV)
 //! ```
 //!
 //! Exit codes: 0 success (for `trial`: all trials ran, whatever their
@@ -13,6 +14,7 @@
 //! 130 interrupted (the trials that completed are written all the same).
 
 mod fatal;
+mod plot;
 mod relay;
 mod trace;
 mod trial;
@@ -43,6 +45,8 @@ enum Command {
     Relay(relay::RelayArgs),
     /// Write a pcap trace for the tap (the prefilter thesis's mixes, random flows).
     Trace(trace::TraceArgs),
+    /// Draw a scripts/bench-tunnel.sh run as the NODROP paper's Fig. 4 (loss and throughput).
+    PlotFig4(plot::PlotFig4Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Trial(args) => trial::run(&args),
         Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
         Command::Trace(args) => trace::run(&args),
+        Command::PlotFig4(args) => plot::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
