@@ -32,7 +32,7 @@ use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -630,7 +630,16 @@ impl FileSink {
         if st.error.is_some() {
             return Ok(());
         }
-        let r = if offset == st.written {
+        let r = if st.meta.sync.is_some() {
+            // A sync channel is block-stable: a block after a lost one
+            // comes at its own offset (the staging file is sparse).
+            match st.file.as_ref() {
+                Some(f) => f
+                    .write_all_at(data, offset)
+                    .map_err(SinkFailure::file(FileOp::Write)),
+                None => Err(SinkFailure::NoStagingFile),
+            }
+        } else if offset == st.written {
             match st.file.as_mut() {
                 Some(f) => f.write_all(data).map_err(SinkFailure::file(FileOp::Write)),
                 None => Err(SinkFailure::NoStagingFile),

@@ -725,6 +725,20 @@ impl Decoder {
                     tracing::warn!(%key, block, count, "blocks lost: the channel steps over them");
                     self.forward(SinkEvent::Gap { key, block, count })?;
                 }
+                Event::ChannelPartial { channel, held, .. } => {
+                    let key = self.key(channel);
+                    tracing::debug!(%key, held = held.len(), blocks = held.total(), "blocks of a sync file kept in this pass");
+                }
+                Event::ChannelAssembled { channel, .. } => {
+                    // Only a sink that holds blocks asks the core to skip
+                    // them; none does yet, so this is never reached.
+                    let key = self.key(channel);
+                    self.decided += 1;
+                    self.last_verdict = Some(self.clock.now());
+                    self.progress.status.closed(key);
+                    let reason = FailReason::Rejected(SinkFailure::NoStagingFile.into());
+                    self.forward(SinkEvent::Failed { key, reason })?;
+                }
                 Event::ChannelComplete {
                     channel,
                     bytes,
