@@ -13,6 +13,14 @@
 //!                                            OUT/.diodon-quarantine/<name>.<ts>.reason
 //! ```
 //!
+//! A sync file (its channel is block-stable) is staged in the held area
+//! instead (`held.rs`): its blocks are written at their offsets, a pass that
+//! loses blocks leaves it there (`Partial`, then `Failed`: a record in the
+//! quarantine, the bytes kept), and the next pass of the same version
+//! resumes it — the decoder is told which blocks are held, and the merged
+//! file (`Assembled`) is hashed here before its rename; a mismatch sends it
+//! to the quarantine and forgets it.
+//!
 //! A crash leaves at most a staging file (removed at the next start), never
 //! a partial file under its final name; a failure removes or quarantines its
 //! staging file when it happens. Parent directories are created one
@@ -20,6 +28,7 @@
 //! that fails for lack of room frees its space (its bytes are never kept),
 //! so the next file that fits is delivered.
 
+use crate::held::{Held, HeldEvicted, HeldFile, HeldLimits};
 use crate::mirror::{keep_digest, AuditRecord, Mirror, MirrorOptions, MirrorStats};
 use crate::names::{escape, fits_under, sanitize, SafePath};
 use crate::outdir::ensure_parent;
@@ -28,11 +37,11 @@ pub use crate::quarantine::{QuarantineBytes, QuarantineLimits, QUARANTINE};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::send::{Closed, SourceHandle, CHUNK};
 use crate::sink_error::{FileOp, Refusal, SinkFailure};
-use diodon_proto::{ChannelKind, ChannelMeta};
+use diodon_proto::{BlockSet, ChannelKind, ChannelMeta};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -241,6 +250,8 @@ pub struct FileSinkOptions {
     pub quarantine: QuarantineLimits,
     /// Sync mirror: deletions, audit log.
     pub mirror: MirrorOptions,
+    /// Bounds of the held area (partly received sync files).
+    pub held: HeldLimits,
 }
 
 impl Default for FileSinkOptions {
@@ -249,6 +260,7 @@ impl Default for FileSinkOptions {
             fsync: true,
             quarantine: QuarantineLimits::default(),
             mirror: MirrorOptions::default(),
+            held: HeldLimits::default(),
         }
     }
 }
@@ -264,6 +276,10 @@ diodon_counters::counters! {
         reason_errors: counter Count "reason_write_errors" "Quarantine records (.reason files) that could not be written (each logged).",
         quarantine_entries: gauge Count "quarantine_entries" "Entries in the quarantine now.",
         quarantine_bytes: gauge Bytes "quarantine" "Bytes in the quarantine now (partial data and records).",
+        held_evictions: counter Count "held_evictions" "Partly received sync files removed from the held area, oldest first, to keep it within its bounds.",
+        merged: counter Count "merged" "Sync files completed from blocks of several passes (or runs), verified by their digest.",
+        merge_mismatches: counter Count "merge_mismatches" "Sync files merged from several passes whose digest did not match (quarantined, their kept blocks forgotten).",
+        held_files: gauge Count "held_files" "Partly received sync files in the held area now.",
     }
 }
 
@@ -285,6 +301,14 @@ pub struct FileSinkStats {
     pub quarantine_entries: AtomicU64,
     /// See [`FileSinkCounters::quarantine_bytes`].
     pub quarantine_bytes: AtomicU64,
+    /// See [`FileSinkCounters::held_evictions`].
+    pub held_evictions: AtomicU64,
+    /// See [`FileSinkCounters::merged`].
+    pub merged: AtomicU64,
+    /// See [`FileSinkCounters::merge_mismatches`].
+    pub merge_mismatches: AtomicU64,
+    /// See [`FileSinkCounters::held_files`].
+    pub held_files: AtomicU64,
     /// The mirror's counters (files present, deleted, availability).
     pub mirror: MirrorStats,
 }
@@ -301,11 +325,21 @@ impl FileSinkStats {
             reason_errors: get(&self.reason_errors),
             quarantine_entries: get(&self.quarantine_entries),
             quarantine_bytes: get(&self.quarantine_bytes),
+            held_evictions: get(&self.held_evictions),
+            merged: get(&self.merged),
+            merge_mismatches: get(&self.merge_mismatches),
+            held_files: get(&self.held_files),
         }
     }
 
     fn add(a: &AtomicU64, n: u64) {
         a.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts held-area evictions and sets its level.
+    fn held(&self, h: &Held, evicted: HeldEvicted) {
+        Self::add(&self.held_evictions, evicted.files);
+        self.held_files.store(h.files() as u64, Ordering::Relaxed);
     }
 
     /// Counts evictions and sets the quarantine's levels.
@@ -330,6 +364,8 @@ struct Staged {
     no_space: bool,
     /// When its channel-open reached the sink, Unix ms.
     opened_ms: u64,
+    /// A sync file staged in the held area: its key and place.
+    held: Option<(String, HeldFile)>,
 }
 
 /// Writes channels as files under an output directory (see module doc).
@@ -348,6 +384,10 @@ pub struct FileSink {
     /// Recently skipped channels: their stray verdicts are ignored.
     skipped: HashSet<ChannelKey>,
     skipped_order: VecDeque<ChannelKey>,
+    /// The held area (partly received sync files).
+    held: Held,
+    /// Channels resumed from held blocks, for the decoder.
+    resumes: Vec<(ChannelKey, BlockSet)>,
 }
 
 /// Skipped channels remembered (a verdict may cross the skip).
@@ -413,6 +453,15 @@ impl FileSink {
             Quarantine::open(quarantine, max_bytes, opts.quarantine.max_entries)
                 .map_err(io_err(&out.join(QUARANTINE)))?;
         stats.quarantine(&quarantine, evicted);
+        let (held, held_evicted) = Held::open(&staging, opts.held).map_err(io_err(&staging))?;
+        stats.held(&held, held_evicted);
+        if held.files() > 0 {
+            tracing::info!(
+                files = held.files(),
+                bytes = held.bytes(),
+                "partly received sync files kept from an earlier run"
+            );
+        }
         let mirror_stats = Arc::new(MirrorStats::default());
         let mirror = Mirror::new(out, &opts.mirror, mirror_stats).map_err(io_err(out))?;
         tracing::info!(
@@ -435,6 +484,8 @@ impl FileSink {
             skips: Vec::new(),
             skipped: HashSet::new(),
             skipped_order: VecDeque::new(),
+            held,
+            resumes: Vec::new(),
         })
     }
 
@@ -571,9 +622,10 @@ impl FileSink {
             error: refused,
             no_space: false,
             opened_ms: diodon_io::unix_time_ms(),
+            held: None,
         };
         let result = if staged.error.is_none() {
-            self.prepare(&mut staged)
+            self.prepare(key, &mut staged)
         } else {
             Ok(())
         };
@@ -593,7 +645,7 @@ impl FileSink {
     /// Decides before the first byte whether the file can be placed (its
     /// path fits `PATH_MAX`, its announced size fits the free space), then
     /// creates its staging file.
-    fn prepare(&self, st: &mut Staged) -> Result<(), SinkFailure> {
+    fn prepare(&mut self, key: ChannelKey, st: &mut Staged) -> Result<(), SinkFailure> {
         if let Some(rel) = &st.rel {
             fits_under(&self.out, rel).map_err(SinkFailure::Name)?;
         }
@@ -606,6 +658,9 @@ impl FileSink {
         if let Some(size) = st.meta.size {
             self.check_room(size)?;
         }
+        if self.place_held(key, st)? {
+            return Ok(());
+        }
         let f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -617,6 +672,93 @@ impl FileSink {
         Ok(())
     }
 
+    /// Stages a sync file in the held area (resuming the blocks kept of the
+    /// same version, if any, and telling the decoder); `false` for other
+    /// files.
+    fn place_held(&mut self, key: ChannelKey, st: &mut Staged) -> Result<bool, SinkFailure> {
+        let (Some(sync), Some(size)) = (st.meta.sync, st.meta.size) else {
+            return Ok(false);
+        };
+        if st.meta.kind != ChannelKind::File || sync.block_bytes == 0 {
+            return Ok(false);
+        }
+        // A file of one block arrives whole or not at all: nothing to
+        // merge, and small files stay as cheap as before.
+        let total = size.div_ceil(u64::from(sync.block_bytes));
+        if total < 2 {
+            return Ok(false);
+        }
+        let hkey = Held::key(&st.meta);
+        let (hf, evicted) = self
+            .held
+            .place(&hkey, sync.block_bytes, total)
+            .map_err(SinkFailure::file(FileOp::CreateStaging))?;
+        self.stats.held(&self.held, evicted);
+        if hf.resumed > 0 {
+            tracing::info!(%key, name = %st.name.escape_debug(), held = hf.resumed, blocks = total, pass = sync.pass, "resuming a sync file from blocks kept by an earlier pass");
+            self.resumes.push((key, hf.map.clone()));
+        }
+        st.tmp.clone_from(&hf.data_path);
+        st.file = Some(
+            hf.file
+                .try_clone()
+                .map_err(SinkFailure::file(FileOp::CreateStaging))?,
+        );
+        st.held = Some((hkey, hf));
+        Ok(true)
+    }
+
+    /// A sync file whose pass ended incomplete: its bytes and block map
+    /// stay in the held area for the next pass; the quarantine gets only
+    /// the record (and the audit log the failure).
+    fn keep_held(&mut self, key: ChannelKey, mut st: Staged, why: &str) -> ChannelOutcome {
+        let Some((hkey, hf)) = st.held.take() else {
+            return self.quarantine(key, st, why);
+        };
+        st.file = None;
+        let (kept, total) = (hf.map.len(), hf.map.total());
+        let place = hf.data_path.clone();
+        drop(hf);
+        if kept == 0 || st.error.is_some() {
+            self.held.forget(&hkey);
+            self.stats.held(&self.held, HeldEvicted::default());
+            st.tmp = self.staging.join("-");
+            return self.quarantine(key, st, why);
+        }
+        let evicted = self.held.kept(&hkey);
+        self.stats.held(&self.held, evicted);
+        st.tmp = self.staging.join("-");
+        let why = format!("{why}; {kept} of {total} blocks kept for a later pass");
+        let mut outcome = self.quarantine(key, st, &why);
+        outcome.location = format!("(kept for a later pass: {})", place.display());
+        outcome
+    }
+
+    /// Every block of a resumed sync file is here: hashed before anything
+    /// else trusts it, then committed like a verified file (or quarantined
+    /// and forgotten).
+    fn assembled(
+        &mut self,
+        key: ChannelKey,
+        bytes: u64,
+        digest: [u8; 32],
+    ) -> Option<ChannelOutcome> {
+        let st = self.open.get_mut(&key)?;
+        if st.error.is_none() {
+            match verify_file(&st.tmp, bytes, &digest) {
+                Ok(()) => {
+                    st.written = bytes;
+                    FileSinkStats::add(&self.stats.merged, 1);
+                }
+                Err(why) => {
+                    FileSinkStats::add(&self.stats.merge_mismatches, 1);
+                    st.error = Some(why);
+                }
+            }
+        }
+        self.complete(key, bytes, digest)
+    }
+
     fn data(&mut self, key: ChannelKey, offset: u64, data: &[u8]) -> Result<(), SinkError> {
         let Some(st) = self.open.get_mut(&key) else {
             return Ok(());
@@ -624,7 +766,19 @@ impl FileSink {
         if st.error.is_some() {
             return Ok(());
         }
-        let r = if offset == st.written {
+        let r = if let Some((_, hf)) = st.held.as_mut() {
+            hf.write_block(offset, data)
+                .map_err(SinkFailure::file(FileOp::Write))
+        } else if st.meta.sync.is_some() {
+            // A sync channel is block-stable: a block after a lost one
+            // comes at its own offset (the staging file is sparse).
+            match st.file.as_ref() {
+                Some(f) => f
+                    .write_all_at(data, offset)
+                    .map_err(SinkFailure::file(FileOp::Write)),
+                None => Err(SinkFailure::NoStagingFile),
+            }
+        } else if offset == st.written {
             match st.file.as_mut() {
                 Some(f) => f.write_all(data).map_err(SinkFailure::file(FileOp::Write)),
                 None => Err(SinkFailure::NoStagingFile),
@@ -659,6 +813,7 @@ impl FileSink {
         let mut st = self.open.remove(&key)?;
         self.known.remove(&key);
         let rel = st.rel.clone();
+        let held = st.held.take().map(|(k, hf)| (k, hf.resumed));
         let result = match (&st.error, &rel) {
             (Some(e), _) => Err(e.clone()),
             (None, _) if st.written != bytes => Err(SinkFailure::Length {
@@ -676,6 +831,11 @@ impl FileSink {
         let outcome = match result {
             Ok(location) => {
                 let mut rec = Self::audit_record(key, &st, "verified");
+                rec.held_blocks = held.as_ref().map_or(0, |(_, n)| *n);
+                if let Some((k, _)) = &held {
+                    self.held.release(k);
+                    self.stats.held(&self.held, HeldEvicted::default());
+                }
                 rec.blake3.clone_from(&blake3);
                 rec.verified_ms = diodon_io::unix_time_ms();
                 rec.reason.clone_from(&location);
@@ -695,7 +855,12 @@ impl FileSink {
                 if why.is_no_space() && !st.no_space {
                     out_of_room(&self.stats, key, &mut st, &why);
                 }
-                self.quarantine(key, st, &why.to_string())
+                let outcome = self.quarantine(key, st, &why.to_string());
+                if let Some((k, _)) = &held {
+                    self.held.forget(k);
+                    self.stats.held(&self.held, HeldEvicted::default());
+                }
+                outcome
             }
         };
         self.mirror_stats_sync();
@@ -813,6 +978,10 @@ impl Sink for FileSink {
         std::mem::take(&mut self.skips)
     }
 
+    fn resumed(&mut self) -> Vec<(ChannelKey, BlockSet)> {
+        std::mem::take(&mut self.resumes)
+    }
+
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         crate::stream::refuse_datagrams(meta)?;
         if meta.kind == ChannelKind::Manifest {
@@ -836,21 +1005,26 @@ impl Sink for FileSink {
                 Ok(None)
             }
             // Files are never aligned record channels: they fail instead.
-            SinkEvent::Gap { .. } => Ok(None),
+            // A sync file's block map is on disk already when its partial
+            // verdict comes (the failure follows).
+            SinkEvent::Gap { .. } | SinkEvent::Partial { .. } => Ok(None),
             SinkEvent::Data { key, offset, data } => self.data(key, offset, &data).map(|()| None),
-            SinkEvent::Failed { key, .. } | SinkEvent::Complete { key, .. }
+            SinkEvent::Failed { key, .. }
+            | SinkEvent::Complete { key, .. }
+            | SinkEvent::Assembled { key, .. }
                 if self.skipped.contains(&key) =>
             {
                 Ok(None)
             }
+            SinkEvent::Assembled { key, bytes, digest } => Ok(self.assembled(key, bytes, digest)),
             SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
             SinkEvent::Failed { key, reason } => {
                 let why = reason.to_string();
-                if let Some(mut st) = self.open.remove(&key) {
+                if let Some(st) = self.open.remove(&key) {
                     self.known.remove(&key);
                     // A refusal's own reason is more precise than "rejected: …".
-                    let why = st.error.take().map_or(why, |e| e.to_string());
-                    Ok(Some(self.quarantine(key, st, &why)))
+                    let why = st.error.clone().map_or(why, |e| e.to_string());
+                    Ok(Some(self.keep_held(key, st, &why)))
                 } else {
                     let name = format!("channel-{}-{}", key.session, key.channel);
                     let st = Staged {
@@ -863,12 +1037,28 @@ impl Sink for FileSink {
                         error: None,
                         no_space: false,
                         opened_ms: 0,
+                        held: None,
                     };
                     Ok(Some(self.quarantine(key, st, &why)))
                 }
             }
         }
     }
+}
+
+/// Whether the file at `path` is `bytes` long and hashes to `digest`.
+fn verify_file(path: &Path, bytes: u64, digest: &[u8; 32]) -> Result<(), SinkFailure> {
+    let unreadable = |_| SinkFailure::MergedDigest { what: "unreadable" };
+    let mut f = File::open(path).map_err(unreadable)?;
+    if f.metadata().map_err(unreadable)?.len() != bytes {
+        return Err(SinkFailure::MergedDigest { what: "length" });
+    }
+    let mut h = blake3::Hasher::new();
+    io::copy(&mut f, &mut h).map_err(unreadable)?;
+    if h.finalize().as_bytes() != digest {
+        return Err(SinkFailure::MergedDigest { what: "digest" });
+    }
+    Ok(())
 }
 
 /// A file failed for lack of room: its partial bytes go now (not when
@@ -971,6 +1161,142 @@ mod tests {
 
     fn staging_is_empty(out: &Path) -> bool {
         fs::read_dir(out.join(STAGING)).unwrap().next().is_none()
+    }
+
+    const B: u32 = 4096;
+
+    fn synced(pass: u16, data: &[u8]) -> ChannelMeta {
+        let mut m = meta("big.bin", data.len() as u64);
+        m.sync = Some(diodon_proto::SyncInfo {
+            first_seen_unix_ms: 1,
+            pass,
+            digest: None,
+            block_bytes: B,
+        });
+        m
+    }
+
+    fn block(data: &[u8], b: usize) -> Vec<u8> {
+        data[b * B as usize..((b + 1) * B as usize).min(data.len())].to_vec()
+    }
+
+    /// Pass 1 of a 3-block sync file loses block 1: blocks 0 and 2 are kept.
+    fn lose_block_one(out: &Path, data: &[u8]) {
+        let mut s = sink(out, false);
+        s.handle(SinkEvent::Opened {
+            key: key(1),
+            meta: synced(1, data),
+        })
+        .unwrap();
+        for b in [0, 2] {
+            s.handle(SinkEvent::Data {
+                key: key(1),
+                offset: u64::from(B) * b as u64,
+                data: block(data, b),
+            })
+            .unwrap();
+        }
+        let failed = s
+            .handle(SinkEvent::Failed {
+                key: key(1),
+                reason: FailReason::BlockLost { block: 1, count: 1 },
+            })
+            .unwrap()
+            .unwrap();
+        assert!(
+            failed.location.contains("kept for a later pass"),
+            "{}",
+            failed.location
+        );
+        assert!(!out.join("big.bin").exists());
+    }
+
+    #[test]
+    fn a_held_sync_file_survives_a_restart_and_the_next_pass_fills_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3 * B as usize - 100).map(|i| (i * 13) as u8).collect();
+        lose_block_one(dir.path(), &data);
+        // The receiver restarts; pass 2 of the same version arrives.
+        let stats = Arc::new(FileSinkStats::default());
+        let opts = FileSinkOptions {
+            fsync: false,
+            ..FileSinkOptions::default()
+        };
+        let mut s = FileSink::new(dir.path(), &opts, stats.clone()).unwrap();
+        s.handle(SinkEvent::Opened {
+            key: key(2),
+            meta: synced(2, &data),
+        })
+        .unwrap();
+        let resumed = s.resumed();
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].1.iter().collect::<Vec<_>>(), vec![0, 2]);
+        s.handle(SinkEvent::Data {
+            key: key(2),
+            offset: u64::from(B),
+            data: block(&data, 1),
+        })
+        .unwrap();
+        let done = s
+            .handle(SinkEvent::Assembled {
+                key: key(2),
+                bytes: data.len() as u64,
+                digest: *blake3::hash(&data).as_bytes(),
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(done.verdict, Verdict::Verified { .. }), "{done:?}");
+        assert_eq!(fs::read(dir.path().join("big.bin")).unwrap(), data);
+        assert_eq!(stats.snapshot().merged, 1);
+        assert_eq!(stats.snapshot().held_files, 0);
+        assert!(entries(&dir.path().join(STAGING).join(crate::held::HELD)).is_empty());
+    }
+
+    #[test]
+    fn a_merged_file_with_the_wrong_digest_is_quarantined_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3 * B as usize).map(|i| (i * 7) as u8).collect();
+        lose_block_one(dir.path(), &data);
+        let stats = Arc::new(FileSinkStats::default());
+        let opts = FileSinkOptions {
+            fsync: false,
+            ..FileSinkOptions::default()
+        };
+        let mut s = FileSink::new(dir.path(), &opts, stats.clone()).unwrap();
+        s.handle(SinkEvent::Opened {
+            key: key(2),
+            meta: synced(2, &data),
+        })
+        .unwrap();
+        assert_eq!(s.resumed().len(), 1);
+        // Block 1 of another content: the merge cannot match the digest.
+        s.handle(SinkEvent::Data {
+            key: key(2),
+            offset: u64::from(B),
+            data: vec![0xee; B as usize],
+        })
+        .unwrap();
+        let done = s
+            .handle(SinkEvent::Assembled {
+                key: key(2),
+                bytes: data.len() as u64,
+                digest: *blake3::hash(&data).as_bytes(),
+            })
+            .unwrap()
+            .unwrap();
+        let Verdict::Failed { reason } = &done.verdict else {
+            panic!("{done:?}")
+        };
+        assert!(reason.contains("does not match its digest"), "{reason}");
+        assert!(!dir.path().join("big.bin").exists());
+        assert_eq!(stats.snapshot().merge_mismatches, 1);
+        // Forgotten: the next pass starts from nothing.
+        s.handle(SinkEvent::Opened {
+            key: key(3),
+            meta: synced(3, &data),
+        })
+        .unwrap();
+        assert!(s.resumed().is_empty());
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub mod frames_out;
 pub mod gateway;
 pub mod guard;
 pub mod health;
+pub mod held;
 pub mod link;
 pub mod metrics;
 pub mod mirror;

@@ -159,11 +159,23 @@ pub struct AuditRecord {
     pub availability_ms: Option<u64>,
     /// The sender's pass that delivered or carried it.
     pub pass: u16,
+    /// Blocks kept from earlier passes (or an earlier run of the receiver)
+    /// that this pass did not have to deliver again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_blocks: u64,
     /// `verified`, `present`, `failed`, `deleted`, `renamed`, `not_applied`.
     pub verdict: &'static str,
     /// Why (failures, records not applied), or where it went.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A JSON Lines file, rotated: `audit.jsonl` → `audit.jsonl.1` → … `.8`.

@@ -492,7 +492,10 @@ impl Sink for PacketSink {
                 None
             }
             // Tap channels are not aligned (refused in `admit`): no gaps.
-            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => None,
+            SinkEvent::Refused { .. }
+            | SinkEvent::Gap { .. }
+            | SinkEvent::Partial { .. }
+            | SinkEvent::Assembled { .. } => None,
             SinkEvent::Data { key, data, .. } => {
                 let Some(flow) = self.open.get_mut(&key) else {
                     return Ok(None);

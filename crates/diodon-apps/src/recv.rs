@@ -31,8 +31,8 @@ use crate::PipelineError;
 use diodon_io::clock::unix_time_ms;
 use diodon_io::{BatchReceiver, MonotonicClock, RecvBuffer, SetupWarning, UdpConfig};
 use diodon_proto::{
-    ChannelId, ChannelMeta, Event, FailReason, Integrity, Receiver, ReceiverConfig, ReceiverStats,
-    SessionId, Timestamp,
+    BlockSet, ChannelId, ChannelMeta, Event, FailReason, Integrity, Receiver, ReceiverConfig,
+    ReceiverStats, SessionId, Timestamp,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
@@ -95,6 +95,24 @@ pub enum SinkEvent {
         /// Why.
         reason: FailReason,
     },
+    /// A sync file reached its trailer with blocks lost; `held` lists the
+    /// blocks the sink has (its `Failed` follows).
+    Partial {
+        /// Channel.
+        key: ChannelKey,
+        /// The blocks in the sink's hands.
+        held: BlockSet,
+    },
+    /// Every block of a sync file is in the sink's hands, some of them
+    /// from an earlier pass: the sink MUST verify `digest` itself.
+    Assembled {
+        /// Channel.
+        key: ChannelKey,
+        /// The trailer's length.
+        bytes: u64,
+        /// The trailer's digest, unverified.
+        digest: [u8; 32],
+    },
 }
 
 /// A sink could not handle one channel (the channel fails, the pipeline
@@ -126,6 +144,12 @@ pub trait Sink: Send + 'static {
     fn skipped(&mut self) -> Vec<ChannelKey> {
         Vec::new()
     }
+
+    /// Channels whose blocks the sink already holds from an earlier pass,
+    /// since the last call: the core skips those blocks (`hold_blocks`).
+    fn resumed(&mut self) -> Vec<(ChannelKey, BlockSet)> {
+        Vec::new()
+    }
 }
 
 /// What the writer thread tells the decoder about a channel.
@@ -135,6 +159,8 @@ enum SinkSignal {
     Fail(SinkError),
     /// The sink already holds the channel's file: the core drops it.
     Skip(ChannelKey),
+    /// The sink holds these blocks of the channel from an earlier pass.
+    Resume(ChannelKey, BlockSet),
 }
 
 /// How to run the receiver.
@@ -487,6 +513,9 @@ fn writer_loop<S: Sink>(
         for key in sink.skipped() {
             let _ = fail.send(SinkSignal::Skip(key));
         }
+        for (key, held) in sink.resumed() {
+            let _ = fail.send(SinkSignal::Resume(key, held));
+        }
     }
     outcomes
 }
@@ -598,24 +627,7 @@ impl Decoder {
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             self.last_now = core_now;
-            while let Ok(signal) = fails.try_recv() {
-                match signal {
-                    SinkSignal::Fail(e) if Some(e.key.session) == self.core.session_id() => {
-                        self.core.reject_channel(e.key.channel, e.why);
-                    }
-                    SinkSignal::Skip(key) => {
-                        // Its outcome came from the sink: decided, unless
-                        // the core had decided it already.
-                        if Some(key.session) == self.core.session_id()
-                            && self.core.skip_channel(key.channel)
-                        {
-                            self.decided += 1;
-                            self.progress.status.closed(key);
-                        }
-                    }
-                    SinkSignal::Fail(_) => {}
-                }
-            }
+            self.take_signals(fails);
             self.core.handle_timeout(core_now);
             if self.drain().is_err() {
                 return Ok(());
@@ -660,6 +672,39 @@ impl Decoder {
                     "transfer over: the expected channels are decided"
                 );
                 return Ok(());
+            }
+        }
+    }
+
+    /// What the writer thread decided about channels: failures, files it
+    /// already holds, blocks it kept from an earlier pass.
+    fn take_signals(&mut self, fails: &Rx<SinkSignal>) {
+        while let Ok(signal) = fails.try_recv() {
+            match signal {
+                SinkSignal::Fail(e) if Some(e.key.session) == self.core.session_id() => {
+                    self.core.reject_channel(e.key.channel, e.why);
+                }
+                SinkSignal::Skip(key) => {
+                    // Its outcome came from the sink: decided, unless
+                    // the core had decided it already.
+                    if Some(key.session) == self.core.session_id()
+                        && self.core.skip_channel(key.channel)
+                    {
+                        self.decided += 1;
+                        self.progress.status.closed(key);
+                    }
+                }
+                SinkSignal::Resume(key, held) if Some(key.session) == self.core.session_id() => {
+                    match self.core.hold_blocks(key.channel, &held) {
+                        Ok(n) => {
+                            tracing::info!(%key, blocks = n, "blocks kept from an earlier pass are not needed again");
+                        }
+                        Err(e) => {
+                            tracing::info!(%key, "blocks kept from an earlier pass not used: {e}");
+                        }
+                    }
+                }
+                SinkSignal::Fail(_) | SinkSignal::Resume(..) => {}
             }
         }
     }
@@ -747,6 +792,22 @@ impl Decoder {
                     let key = self.key(channel);
                     tracing::warn!(%key, block, count, "blocks lost: the channel steps over them");
                     self.forward(SinkEvent::Gap { key, block, count })?;
+                }
+                Event::ChannelPartial { channel, held, .. } => {
+                    let key = self.key(channel);
+                    tracing::info!(%key, held = held.len(), blocks = held.total(), "blocks of a sync file kept for a later pass");
+                    self.forward(SinkEvent::Partial { key, held })?;
+                }
+                Event::ChannelAssembled {
+                    channel,
+                    bytes,
+                    digest,
+                } => {
+                    self.decided += 1;
+                    self.last_verdict = Some(self.clock.now());
+                    let key = self.key(channel);
+                    self.progress.status.closed(key);
+                    self.forward(SinkEvent::Assembled { key, bytes, digest })?;
                 }
                 Event::ChannelComplete {
                     channel,

@@ -147,6 +147,13 @@ pub enum SinkFailure {
     /// The name could not be made a safe path.
     #[error("unsafe name")]
     UnsafeName,
+    /// A file merged from the blocks of several passes does not hash to
+    /// the digest its trailer announced: its kept blocks are forgotten.
+    #[error("the file merged from several passes does not match its digest ({what})")]
+    MergedDigest {
+        /// What differed.
+        what: &'static str,
+    },
     /// A sync manifest larger than the receiver holds.
     #[error("a manifest of {0} bytes is larger than the {max} bytes a receiver holds", max = crate::sync::manifest::MAX_MANIFEST_BYTES)]
     ManifestTooLarge(u64),

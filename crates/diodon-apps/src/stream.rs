@@ -145,7 +145,10 @@ impl Sink for StdoutSink {
                 self.broken = false;
                 Ok(None)
             }
-            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
+            SinkEvent::Refused { .. }
+            | SinkEvent::Gap { .. }
+            | SinkEvent::Partial { .. }
+            | SinkEvent::Assembled { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some((k, _, n)) = &mut self.active else {
                     return Ok(None);
@@ -252,7 +255,10 @@ impl Sink for TcpSink {
                     }
                 }
             }
-            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
+            SinkEvent::Refused { .. }
+            | SinkEvent::Gap { .. }
+            | SinkEvent::Partial { .. }
+            | SinkEvent::Assembled { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some((_, Some(s), n)) = self.conns.get_mut(&key) else {
                     return Ok(None);

@@ -639,7 +639,10 @@ impl Sink for TunSink {
                 self.names.insert(key, (meta.name, 0));
                 Ok(None)
             }
-            SinkEvent::Refused { .. } => Ok(None),
+            // Only the file sink holds blocks across passes.
+            SinkEvent::Refused { .. } | SinkEvent::Partial { .. } | SinkEvent::Assembled { .. } => {
+                Ok(None)
+            }
             SinkEvent::Data { key, data, .. } => {
                 self.write_block(key, &data);
                 Ok(None)

@@ -346,7 +346,10 @@ impl Sink for UdpForwardSink {
                     }),
                 }
             }
-            SinkEvent::Refused { .. } | SinkEvent::Gap { .. } => Ok(None),
+            SinkEvent::Refused { .. }
+            | SinkEvent::Gap { .. }
+            | SinkEvent::Partial { .. }
+            | SinkEvent::Assembled { .. } => Ok(None),
             SinkEvent::Data { key, data, .. } => {
                 let Some(mut flow) = self.flows.remove(&key) else {
                     return Ok(None);

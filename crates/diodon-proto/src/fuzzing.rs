@@ -17,6 +17,7 @@
 //! only, and compiled only with the `fuzzing` feature (enabled by
 //! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
+use crate::blocks::BlockSet;
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
@@ -246,17 +247,21 @@ pub fn fec(data: &[u8]) {
 ///   `datagrams == accepted + invalid() + stale_session + duplicates + too_old + expired`;
 /// - `channels_complete <= channels_opened`; nothing is buffered when no
 ///   channel is open;
-/// - per session and channel, `ChannelData` offsets are contiguous, nothing
-///   follows a verdict and there is at most one verdict; a complete channel's
-///   bytes hash to its digest, and without forged input equal what the
-///   sender wrote;
+/// - per session and channel, `ChannelData` offsets are contiguous (on a
+///   block-stable sync channel they may skip ahead over lost or held
+///   blocks, never back), nothing follows a verdict and there is at most
+///   one verdict; a complete channel's bytes hash to its digest, and
+///   without forged input equal what the sender wrote; `ChannelPartial`
+///   comes only just before the channel's failure, `ChannelAssembled` only
+///   for a channel the application held blocks of;
 /// - `handle_timeout` is idempotent and `poll_timeout` lies after `now`.
 pub fn receiver(data: &[u8]) {
     let mut h = RxHarness::new();
     let mut input = Input::new(data);
     while !input.is_empty() {
-        match input.byte() % 8 {
+        match input.byte() % 9 {
             0 => h.genuine(&mut input),
+            8 => h.hold(&mut input),
             1 => h.sender_app(&mut input),
             2 => h.advance(&mut input),
             3 => {
@@ -291,6 +296,12 @@ struct RxHarness {
     delivered: HashMap<ChannelId, Vec<u8>>,
     opened: HashSet<ChannelId>,
     ended: HashSet<ChannelId>,
+    /// Channels opened with sync information (block-stable).
+    stable: HashSet<ChannelId>,
+    /// Channels `hold_blocks` marked blocks of.
+    held: HashSet<ChannelId>,
+    /// The channel whose `ChannelPartial` was the last event.
+    partial: Option<ChannelId>,
 }
 
 const HISTORY: usize = 32;
@@ -337,7 +348,42 @@ impl RxHarness {
             delivered: HashMap::new(),
             opened: HashSet::new(),
             ended: HashSet::new(),
+            stable: HashSet::new(),
+            held: HashSet::new(),
+            partial: None,
         }
+    }
+
+    /// The application says it holds some blocks of an open channel (of
+    /// this sender's geometry, or another one).
+    fn hold(&mut self, input: &mut Input<'_>) {
+        let mut open: Vec<ChannelId> = self.opened.difference(&self.ended).copied().collect();
+        open.sort();
+        let pick = usize::from(input.byte());
+        let Some(&channel) = open.get(pick % open.len().max(1)) else {
+            return;
+        };
+        let block_bytes = if input.byte().trailing_zeros() >= 3 {
+            u32::from(input.u16())
+        } else {
+            self.sender.config().block_bytes() as u32
+        };
+        let total = u64::from(input.byte() % 16);
+        let Ok(mut set) = BlockSet::new(block_bytes, total) else {
+            return;
+        };
+        let bits = input.u16();
+        for b in 0..total {
+            if bits & (1 << b) != 0 {
+                set.insert(b);
+            }
+        }
+        if let Ok(n) = self.receiver.hold_blocks(channel, &set) {
+            if n > 0 {
+                self.held.insert(channel);
+            }
+        }
+        self.check();
     }
 
     /// Up to 8 datagrams from the sender, with a fate: delivered in order,
@@ -381,8 +427,19 @@ impl RxHarness {
                 let name = String::from_utf8_lossy(input.take(name_len)).into_owned();
                 let meta = if pick & 1 == 0 {
                     ChannelMeta::stream(name)
-                } else {
+                } else if pick & 2 == 0 {
                     ChannelMeta::file(name, 0)
+                } else {
+                    ChannelMeta {
+                        size: None,
+                        sync: Some(SyncInfo {
+                            first_seen_unix_ms: 0,
+                            pass: 1,
+                            digest: None,
+                            block_bytes: 0,
+                        }),
+                        ..ChannelMeta::file(name, 0)
+                    }
                 };
                 if let Ok(id) = self.sender.open_channel(meta) {
                     self.sender_open.push(id);
@@ -515,6 +572,7 @@ impl RxHarness {
                         first_seen_unix_ms: input.u64(),
                         pass: input.u16().max(1),
                         digest: (input.byte() & 1 == 1).then(|| [input.byte(); 32]),
+                        block_bytes: u32::from(input.u16().max(1)),
                     }),
                 })
             }
@@ -671,17 +729,26 @@ impl RxHarness {
     }
 
     fn on_event(&mut self, event: Event) {
+        if let Some(partial) = self.partial.take() {
+            assert!(
+                matches!(event, Event::ChannelFailed { channel, .. } if channel == partial),
+                "{partial:?} partial not followed by its failure"
+            );
+        }
         match event {
             Event::SessionStarted { session } | Event::SessionRestarted { new: session, .. } => {
                 self.new_session(Some(session));
             }
             Event::SessionExpired { .. } => self.new_session(None),
-            Event::ChannelOpened { channel, .. } => {
+            Event::ChannelOpened { channel, meta } => {
                 assert!(
                     !self.ended.contains(&channel),
                     "{channel:?} opened after its verdict"
                 );
                 assert!(self.opened.insert(channel), "{channel:?} opened twice");
+                if meta.sync.is_some() {
+                    self.stable.insert(channel);
+                }
             }
             Event::ChannelData {
                 channel,
@@ -697,38 +764,19 @@ impl RxHarness {
                     "{channel:?} data before its open"
                 );
                 let got = self.delivered.entry(channel).or_default();
-                assert_eq!(offset, got.len() as u64, "{channel:?} data not contiguous");
+                if self.stable.contains(&channel) {
+                    assert!(offset >= got.len() as u64, "{channel:?} data went back");
+                    got.resize(offset as usize, 0);
+                } else {
+                    assert_eq!(offset, got.len() as u64, "{channel:?} data not contiguous");
+                }
                 got.extend_from_slice(&data);
             }
             Event::ChannelComplete {
                 channel,
                 bytes,
                 digest,
-            } => {
-                assert!(
-                    self.ended.insert(channel),
-                    "{channel:?} second verdict (complete)"
-                );
-                let got = self.delivered.get(&channel).map_or(&[][..], Vec::as_slice);
-                assert_eq!(
-                    bytes,
-                    got.len() as u64,
-                    "{channel:?} complete with a wrong length"
-                );
-                assert_eq!(*blake3::hash(got).as_bytes(), digest, "{channel:?} digest");
-                if !self.forged_any && self.session == Some(GENUINE_SESSION) {
-                    let sent = self.written.get(&channel).map(Vec::as_slice);
-                    assert!(
-                        self.finished.contains(&channel),
-                        "{channel:?} complete but never finished"
-                    );
-                    assert_eq!(
-                        sent,
-                        Some(got),
-                        "{channel:?} complete with other bytes than sent"
-                    );
-                }
-            }
+            } => self.on_complete(channel, bytes, digest),
             Event::ChannelGap { channel, count, .. } => {
                 assert!(
                     !self.ended.contains(&channel) && self.opened.contains(&channel),
@@ -742,10 +790,59 @@ impl RxHarness {
                     "{channel:?} second verdict (failed)"
                 );
             }
+            Event::ChannelPartial { channel, held, .. } => {
+                assert!(
+                    self.stable.contains(&channel) && !self.ended.contains(&channel),
+                    "{channel:?} partial outside a block-stable channel's life"
+                );
+                assert!(
+                    held.total() == 0 || held.block_bytes() > 0,
+                    "{channel:?} partial without a geometry"
+                );
+                self.partial = Some(channel);
+            }
+            Event::ChannelAssembled { channel, .. } => {
+                assert!(
+                    self.held.contains(&channel),
+                    "{channel:?} assembled without held blocks"
+                );
+                assert!(
+                    self.ended.insert(channel),
+                    "{channel:?} second verdict (assembled)"
+                );
+            }
             Event::SessionParams { .. }
             | Event::ConfigMismatch(_)
             | Event::LinkSilent { .. }
             | Event::LinkResumed => {}
+        }
+    }
+
+    /// A complete channel's bytes hash to its digest and, without forged
+    /// input, equal what the sender wrote.
+    fn on_complete(&mut self, channel: ChannelId, bytes: u64, digest: [u8; 32]) {
+        assert!(
+            self.ended.insert(channel),
+            "{channel:?} second verdict (complete)"
+        );
+        let got = self.delivered.get(&channel).map_or(&[][..], Vec::as_slice);
+        assert_eq!(
+            bytes,
+            got.len() as u64,
+            "{channel:?} complete with a wrong length"
+        );
+        assert_eq!(*blake3::hash(got).as_bytes(), digest, "{channel:?} digest");
+        if !self.forged_any && self.session == Some(GENUINE_SESSION) {
+            let sent = self.written.get(&channel).map(Vec::as_slice);
+            assert!(
+                self.finished.contains(&channel),
+                "{channel:?} complete but never finished"
+            );
+            assert_eq!(
+                sent,
+                Some(got),
+                "{channel:?} complete with other bytes than sent"
+            );
         }
     }
 
@@ -754,6 +851,8 @@ impl RxHarness {
         self.delivered.clear();
         self.opened.clear();
         self.ended.clear();
+        self.stable.clear();
+        self.held.clear();
     }
 }
 

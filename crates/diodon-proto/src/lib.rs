@@ -17,9 +17,11 @@
 //! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
 //! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
 //! session state machines), [`records`] (the record framing of datagram
-//! channels, aligned to blocks for packets).
+//! channels, aligned to blocks for packets), [`blocks`] (the set of a sync
+//! channel's blocks the application holds, merged across passes).
 #![forbid(unsafe_code)]
 
+pub mod blocks;
 pub mod fec;
 pub mod fec_plan;
 #[cfg(feature = "fuzzing")]
@@ -33,9 +35,10 @@ pub mod sender;
 pub mod types;
 pub mod wire;
 
+pub use blocks::{BlockSet, BlockSetError};
 pub use diodon_sansio::{Deadlines, IpVersion, TimerSlot, TimerTable, Timestamp, Transmit};
 pub use receiver::{
-    Event, FailReason, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
+    Event, FailReason, HoldError, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,
 };
 pub use records::{BlockRecords, RecordError};
 pub use sender::{SendError, Sender, SenderConfig, SenderEvent, SenderStats};

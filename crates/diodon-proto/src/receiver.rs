@@ -33,6 +33,7 @@
 //! channel only. A channel is complete only when every byte arrived, the
 //! length matches the trailer and the BLAKE3 digest matches.
 
+use crate::blocks::{BlockSet, BlockSetError};
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
 use crate::types::{ChannelId, SessionId};
@@ -118,6 +119,42 @@ pub enum FailReason {
     ResourceLimit,
     /// The application refused the channel (see [`Receiver::reject_channel`]).
     Rejected(Rejection),
+    /// A block of a block-stable (sync) channel other than its last is not
+    /// the block size its open announced: the offsets would be wrong.
+    Misaligned {
+        /// The first such block.
+        block: u64,
+    },
+}
+
+/// Why [`Receiver::hold_blocks`] refused to merge held blocks into a channel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    /// The channel is not open in the current session (never seen, or it
+    /// already ended).
+    #[error("channel {0} is not open")]
+    NotOpen(ChannelId),
+    /// The channel has no sync information (its blocks may be cut
+    /// differently in every pass), or its open has not arrived yet.
+    #[error("channel {0} is not block-stable: its blocks cannot be merged")]
+    NotBlockStable(ChannelId),
+    /// The blocks were cut with another block size than this pass.
+    #[error("held blocks are of {held} bytes, this pass cuts blocks of {announced} bytes")]
+    Geometry {
+        /// Block size of the held blocks.
+        held: u32,
+        /// Block size the channel-open announces.
+        announced: u32,
+    },
+    /// The held blocks range over another block count than the announced
+    /// size takes.
+    #[error("held blocks range over {held} blocks, the announced size takes {announced}")]
+    BlockCount {
+        /// Blocks the held set ranges over.
+        held: u64,
+        /// Blocks of the announced size.
+        announced: u64,
+    },
 }
 
 /// Why the application gave a channel up: its own typed error, which the
@@ -182,6 +219,9 @@ impl std::fmt::Display for FailReason {
             FailReason::SessionExpired => f.write_str("session expired (2Δt of silence)"),
             FailReason::ResourceLimit => f.write_str("receiver resource limit"),
             FailReason::Rejected(why) => write!(f, "rejected: {why}"),
+            FailReason::Misaligned { block } => {
+                write!(f, "block {block} is not of the announced block size")
+            }
         }
     }
 }
@@ -242,12 +282,14 @@ pub enum Event {
         meta: ChannelMeta,
     },
     /// Bytes of a channel, in order, contiguous with the previous event's
-    /// (or following a `ChannelGap`).
+    /// (or following a `ChannelGap`, or a run of held blocks).
     ChannelData {
         /// Channel.
         channel: ChannelId,
-        /// Bytes of the channel delivered before `data` (its offset in the
-        /// channel while no gap occurred).
+        /// Where `data` starts in the channel. On a block-stable (sync)
+        /// channel always block × block size, gaps and held blocks
+        /// included; on other channels the bytes delivered before `data`
+        /// (its offset while no gap occurred).
         offset: u64,
         /// The bytes (one block).
         data: Vec<u8>,
@@ -263,6 +305,36 @@ pub enum Event {
         block: u64,
         /// Consecutive blocks lost.
         count: u64,
+    },
+    /// A block-stable (sync) channel reached its trailer with blocks lost:
+    /// `held` lists the blocks the application has (delivered in this pass
+    /// or held from an earlier one), `digest` and `len` are the trailer's.
+    /// The channel's `ChannelFailed { BlockLost }` follows at once; the
+    /// application may keep the blocks to merge them with a later pass
+    /// ([`Receiver::hold_blocks`]).
+    ChannelPartial {
+        /// Channel.
+        channel: ChannelId,
+        /// The blocks in the application's hands, over the trailer's block
+        /// count, with the channel's block size.
+        held: BlockSet,
+        /// The trailer's digest of the whole channel.
+        digest: [u8; 32],
+        /// The trailer's total length.
+        len: u64,
+    },
+    /// Every block of a channel with held blocks ([`Receiver::hold_blocks`])
+    /// is in the application's hands: the blocks this pass delivered and
+    /// those it held. The core saw only part of the bytes, so it verified
+    /// nothing: the application MUST check `bytes` and `digest` (the
+    /// trailer's) against what it assembled before it trusts the result.
+    ChannelAssembled {
+        /// Channel.
+        channel: ChannelId,
+        /// The trailer's total length.
+        bytes: u64,
+        /// The trailer's BLAKE3 digest, unverified.
+        digest: [u8; 32],
     },
     /// Every byte arrived and the digest matched.
     ChannelComplete {
@@ -321,6 +393,9 @@ diodon_counters::counters! {
         channels_complete: counter Count "channels_complete" "Channels complete and verified.",
         channels_failed: counter Count "channels_failed" "Channels failed.",
         channels_skipped: counter Count "channels_skipped" "Channels the application already held (skip_channel): their later datagrams count as late.",
+        channels_partial: counter Count "channels_partial" "Block-stable channels that ended with blocks lost, their other blocks listed for a later pass (each also counts as failed).",
+        channels_assembled: counter Count "channels_assembled" "Channels completed from blocks of this pass and blocks held from an earlier one, left to the application to verify.",
+        blocks_held: counter Count "blocks_held" "Blocks the application already held from an earlier pass (hold_blocks): not needed again.",
         bytes_delivered: counter Bytes "delivered" "Channel bytes delivered.",
         sessions: counter Count "sessions" "Sender sessions adopted.",
     }
@@ -535,8 +610,21 @@ struct ChannelRx {
     trailer: Option<TrailerRepr>,
     last_heard: Timestamp,
     buffered: usize,
-    /// Blocks stepped over (aligned channels) and the first of them.
+    /// Blocks stepped over (aligned and block-stable channels) and the
+    /// first of them.
     gaps: Option<(u64, u64)>,
+    /// Runs of blocks lost (first, count), block-stable channels only:
+    /// what `ChannelPartial` leaves out.
+    lost_runs: Vec<(u64, u64)>,
+    /// Blocks the application holds from an earlier pass
+    /// ([`Receiver::hold_blocks`]): skipped, never delivered.
+    held: Option<BlockSet>,
+    /// Some block at or after `next_block` was held when it was marked: the
+    /// channel ends `ChannelAssembled`, not `ChannelComplete`.
+    assembled: bool,
+    /// The first delivered block of a block-stable channel whose length is
+    /// not the block size (only the last block may be shorter).
+    short_block: Option<u64>,
 }
 
 impl ChannelRx {
@@ -553,12 +641,52 @@ impl ChannelRx {
             last_heard: now,
             buffered: 0,
             gaps: None,
+            lost_runs: Vec::new(),
+            held: None,
+            assembled: false,
+            short_block: None,
         }
     }
 
-    /// Whether a lost block is a gap rather than the channel's failure.
+    /// Whether a lost block is a gap rather than the channel's failure:
+    /// aligned records, and block-stable (sync) channels, whose later
+    /// blocks are worth keeping for a later pass.
     fn steps_over_gaps(&self) -> bool {
-        self.meta.as_ref().is_some_and(|m| m.aligned)
+        self.meta.as_ref().is_some_and(|m| m.aligned) || self.block_bytes().is_some()
+    }
+
+    /// The block size of a block-stable (sync) channel.
+    fn block_bytes(&self) -> Option<u32> {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.sync.as_ref())
+            .map(|s| s.block_bytes)
+    }
+
+    /// Whether the application holds `block` from an earlier pass.
+    fn is_held(&self, block: u64) -> bool {
+        self.held.as_ref().is_some_and(|h| h.contains(block))
+    }
+
+    /// The blocks below `total` the application has: all but the lost runs.
+    fn in_hand(&self, total: u64) -> Result<BlockSet, BlockSetError> {
+        let block_bytes = self.block_bytes().unwrap_or(0);
+        let mut set = BlockSet::new(block_bytes, total)?;
+        let mut runs = self.lost_runs.iter().peekable();
+        let mut b = 0;
+        while b < total {
+            match runs.peek() {
+                Some(&&(first, count)) if first <= b => {
+                    b = b.max(first.saturating_add(count));
+                    runs.next();
+                }
+                _ => {
+                    set.insert(b);
+                    b += 1;
+                }
+            }
+        }
+        Ok(set)
     }
 
     fn advance_progress(&mut self, to: u64, now: Timestamp, grace: Duration) {
@@ -703,13 +831,18 @@ impl Receiver {
     /// of "complete" for a channel it refused.
     pub fn reject_channel(&mut self, channel: ChannelId, why: impl Into<Rejection>) {
         let mut completed = false;
+        let mut assembled = false;
         let mut failed = false;
         self.events.retain(|e| match e {
-            Event::ChannelData { channel: c, .. } | Event::ChannelGap { channel: c, .. } => {
-                *c != channel
-            }
+            Event::ChannelData { channel: c, .. }
+            | Event::ChannelGap { channel: c, .. }
+            | Event::ChannelPartial { channel: c, .. } => *c != channel,
             Event::ChannelComplete { channel: c, .. } if *c == channel => {
                 completed = true;
+                false
+            }
+            Event::ChannelAssembled { channel: c, .. } if *c == channel => {
+                assembled = true;
                 false
             }
             Event::ChannelFailed { channel: c, .. } => {
@@ -718,8 +851,12 @@ impl Receiver {
             }
             _ => true,
         });
-        if completed {
-            self.stats.channels_complete -= 1;
+        if completed || assembled {
+            if completed {
+                self.stats.channels_complete -= 1;
+            } else {
+                self.stats.channels_assembled -= 1;
+            }
             self.stats.channels_failed += 1;
             self.events.push_back(Event::ChannelFailed {
                 channel,
@@ -750,6 +887,57 @@ impl Receiver {
         s.ended.insert(channel);
         self.stats.channels_skipped += 1;
         true
+    }
+
+    /// Tells the core the application already holds `held` blocks of a
+    /// block-stable (sync) channel from an earlier pass (call it after the
+    /// channel's `ChannelOpened`). Those blocks count as decoded: the loss
+    /// checks skip them, their symbols count as `late`, nothing of them is
+    /// delivered, and the channel ends `ChannelAssembled` (the application
+    /// verifies) instead of `ChannelComplete`. Refused, changing nothing,
+    /// when the channel is not open, not block-stable, or was cut with
+    /// another geometry. Returns how many blocks not yet delivered it marked.
+    pub fn hold_blocks(&mut self, channel: ChannelId, held: &BlockSet) -> Result<u64, HoldError> {
+        let Some(s) = &mut self.session else {
+            return Err(HoldError::NotOpen(channel));
+        };
+        let ch = s
+            .channels
+            .get_mut(&channel)
+            .ok_or(HoldError::NotOpen(channel))?;
+        let announced = ch.block_bytes().ok_or(HoldError::NotBlockStable(channel))?;
+        if announced != held.block_bytes() {
+            return Err(HoldError::Geometry {
+                held: held.block_bytes(),
+                announced,
+            });
+        }
+        if let Some(size) = ch.meta.as_ref().and_then(|m| m.size) {
+            let blocks = size.div_ceil(u64::from(announced));
+            if blocks != held.total() {
+                return Err(HoldError::BlockCount {
+                    held: held.total(),
+                    announced: blocks,
+                });
+            }
+        }
+        let mut marked = 0;
+        let mut merged = ch.held.take().unwrap_or_else(|| held.clone());
+        for b in held.iter().filter(|b| *b >= ch.next_block) {
+            merged.insert(b);
+            if let Some(rx) = ch.blocks.remove(&b) {
+                let freed = rx.buffered();
+                ch.buffered -= freed;
+                self.buffered -= freed;
+            }
+            marked += 1;
+        }
+        ch.held = Some(merged);
+        ch.assembled |= marked > 0;
+        self.stats.blocks_held += marked;
+        self.deliver(channel);
+        self.rearm(channel);
+        Ok(marked)
     }
 
     /// Earliest time `handle_timeout` has work (the channels' deadlines are
@@ -1181,6 +1369,10 @@ impl Receiver {
             return;
         }
         ch.advance_progress(sym.group_start(), now, grace);
+        if ch.is_held(sym.block) {
+            self.stats.late += 1;
+            return;
+        }
         if !ch.blocks.contains_key(&sym.block)
             && !ReedSolomon::supports(usize::from(sym.k), usize::from(sym.m))
         {
@@ -1266,11 +1458,15 @@ impl Receiver {
             return;
         };
         let mut run: Option<(u64, u64)> = None;
+        let keep_runs = ch.block_bytes().is_some();
         while ch.next_block < limit {
             let b = ch.next_block;
-            let decoded = ch.blocks.get(&b).is_some_and(|x| x.done.is_some());
+            let decoded = ch.is_held(b) || ch.blocks.get(&b).is_some_and(|x| x.done.is_some());
             if decoded {
                 if let Some((block, count)) = run.take() {
+                    if keep_runs {
+                        ch.lost_runs.push((block, count));
+                    }
                     self.events.push_back(Event::ChannelGap {
                         channel,
                         block,
@@ -1298,6 +1494,9 @@ impl Receiver {
             ch.next_block += 1;
         }
         if let Some((block, count)) = run {
+            if keep_runs {
+                ch.lost_runs.push((block, count));
+            }
             self.events.push_back(Event::ChannelGap {
                 channel,
                 block,
@@ -1329,7 +1528,35 @@ impl Receiver {
             return;
         }
         let verdict = if let Some((block, count)) = ch.gaps {
+            if let Ok(held) = ch.in_hand(trailer.total_blocks) {
+                self.stats.channels_partial += 1;
+                self.events.push_back(Event::ChannelPartial {
+                    channel,
+                    held,
+                    digest: trailer.digest,
+                    len: trailer.total_len,
+                });
+            }
             Err(FailReason::BlockLost { block, count })
+        } else if let Some(block) = ch
+            .short_block
+            .filter(|b| b.saturating_add(1) < trailer.total_blocks)
+        {
+            Err(FailReason::Misaligned { block })
+        } else if ch.assembled {
+            let expected = ch
+                .block_bytes()
+                .map_or(0, |b| trailer.total_len.div_ceil(u64::from(b)));
+            if expected == trailer.total_blocks {
+                Ok(true)
+            } else {
+                Err(FailReason::LengthMismatch {
+                    expected: trailer.total_len,
+                    received: trailer
+                        .total_blocks
+                        .saturating_mul(u64::from(ch.block_bytes().unwrap_or(0))),
+                })
+            }
         } else if ch.delivered != trailer.total_len {
             Err(FailReason::LengthMismatch {
                 expected: trailer.total_len,
@@ -1338,10 +1565,10 @@ impl Receiver {
         } else if *ch.hasher.finalize().as_bytes() != trailer.digest {
             Err(FailReason::DigestMismatch)
         } else {
-            Ok(())
+            Ok(false)
         };
         match verdict {
-            Ok(()) => {
+            Ok(assembled) => {
                 let bytes = ch.delivered;
                 // Blocks beyond the trailer's count (forged or stray) may
                 // still be held: release them with the channel.
@@ -1349,12 +1576,21 @@ impl Receiver {
                 s.channels.remove(&channel);
                 s.channel_due.set(channel, None);
                 s.ended.insert(channel);
-                self.stats.channels_complete += 1;
-                self.events.push_back(Event::ChannelComplete {
-                    channel,
-                    bytes,
-                    digest: trailer.digest,
-                });
+                if assembled {
+                    self.stats.channels_assembled += 1;
+                    self.events.push_back(Event::ChannelAssembled {
+                        channel,
+                        bytes: trailer.total_len,
+                        digest: trailer.digest,
+                    });
+                } else {
+                    self.stats.channels_complete += 1;
+                    self.events.push_back(Event::ChannelComplete {
+                        channel,
+                        bytes,
+                        digest: trailer.digest,
+                    });
+                }
             }
             Err(reason) => self.fail_channel(channel, reason),
         }
@@ -1369,6 +1605,10 @@ fn deliver_one(
     stats: &mut ReceiverStats,
     events: &mut VecDeque<Event>,
 ) -> bool {
+    if ch.is_held(ch.next_block) {
+        ch.next_block += 1;
+        return true;
+    }
     if ch
         .blocks
         .get(&ch.next_block)
@@ -1384,7 +1624,15 @@ fn deliver_one(
     ch.buffered -= held;
     *buffered -= held;
     ch.hasher.update(&data);
-    let offset = ch.delivered;
+    let offset = match ch.block_bytes() {
+        Some(b) => {
+            if data.len() != b as usize && ch.short_block.is_none() {
+                ch.short_block = Some(ch.next_block);
+            }
+            ch.next_block.saturating_mul(u64::from(b))
+        }
+        None => ch.delivered,
+    };
     ch.delivered += data.len() as u64;
     ch.next_block += 1;
     stats.blocks_delivered += 1;
@@ -1434,20 +1682,26 @@ fn first_lost(ch: &ChannelRx, limit: u64) -> Option<FailReason> {
     if limit <= ch.next_block {
         return None;
     }
+    // A held block has no entry in `blocks` (its symbols are late), so the
+    // two counts never overlap.
     let done_in_range = ch
         .blocks
         .range(ch.next_block..limit)
         .filter(|(_, b)| b.done.is_some())
         .count() as u64;
-    let count = (limit - ch.next_block) - done_in_range;
+    let held_in_range = ch.held.as_ref().map_or(0, |h| {
+        h.iter()
+            .filter(|b| (ch.next_block..limit).contains(b))
+            .count() as u64
+    });
+    let count = (limit - ch.next_block) - done_in_range - held_in_range;
     if count == 0 {
         return None;
     }
     let mut block = ch.next_block;
-    for (b, rx) in ch.blocks.range(ch.next_block..limit) {
-        if *b != block || rx.done.is_none() {
-            break;
-        }
+    while block < limit
+        && (ch.is_held(block) || ch.blocks.get(&block).is_some_and(|b| b.done.is_some()))
+    {
         block += 1;
     }
     Some(FailReason::BlockLost { block, count })

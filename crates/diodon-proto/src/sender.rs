@@ -285,6 +285,21 @@ struct ChannelTx {
     blocks_sent: u64,
     /// Records aligned to blocks (the channel-open's flag).
     aligned: bool,
+    /// A sync channel: only whole blocks are cut before `finish`, so block
+    /// `n` covers the same bytes in every pass (a stall only delays).
+    block_stable: bool,
+}
+
+impl ChannelTx {
+    /// Bytes a flush may cut now: all pending bytes, or on a block-stable
+    /// channel not yet finishing only its whole blocks.
+    fn flushable(&self, block_bytes: usize) -> usize {
+        if self.block_stable && !self.finishing {
+            self.pending.len() - self.pending.len() % block_bytes
+        } else {
+            self.pending.len()
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -517,8 +532,17 @@ impl Sender {
     }
 
     /// Opens a channel; its metadata goes out (repeated) before its data.
-    pub fn open_channel(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
+    /// A channel with sync information is block-stable (its
+    /// [`crate::wire::SyncInfo::block_bytes`] is set here to this sender's
+    /// block size): it is cut only in whole blocks until `finish`.
+    pub fn open_channel(&mut self, mut meta: ChannelMeta) -> Result<ChannelId, SendError> {
         meta.check().map_err(SendError::BadMeta)?;
+        let block_bytes = u32::try_from(self.config.block_bytes())
+            .map_err(|_| SendError::BadMeta("block larger than 4 GiB"))?;
+        if let Some(sync) = &mut meta.sync {
+            sync.block_bytes = block_bytes;
+        }
+        let block_stable = meta.sync.is_some();
         let room = if meta.sync.is_some() {
             let open_room = (self.config.symbol_size.get() + SYMBOL_HEADER_LEN)
                 .saturating_sub(crate::wire::OPEN_FIXED_LEN + crate::wire::OPEN_SYNC_LEN);
@@ -548,6 +572,7 @@ impl Sender {
                 groups_in_flight: 0,
                 blocks_sent: 0,
                 aligned,
+                block_stable,
             },
         );
         self.stats.channels_opened += 1;
@@ -670,7 +695,6 @@ impl Sender {
             ch.pending.extend_from_slice(&rest[..top_up]);
             rest = &rest[top_up..];
         }
-        ch.pending_since.get_or_insert(now);
         self.cut_groups(channel, now, false);
         if rest.len() >= group_bytes {
             while rest.len() >= group_bytes {
@@ -679,12 +703,15 @@ impl Sender {
             }
             self.fill_active();
         }
+        let block_bytes = self.config.block_bytes();
         if let Some(ch) = self.channels.get_mut(&channel) {
             ch.pending.extend_from_slice(rest);
-            if ch.pending.is_empty() {
+            // The flush delay runs from the oldest byte a flush may cut (on
+            // a block-stable channel: once a whole block waits).
+            if ch.flushable(block_bytes) == 0 {
                 ch.pending_since = None;
-            } else if !rest.is_empty() {
-                ch.pending_since = Some(ch.pending_since.unwrap_or(now));
+            } else {
+                ch.pending_since.get_or_insert(now);
             }
         }
         self.rearm_flush(channel);
@@ -1168,15 +1195,20 @@ impl Sender {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
-        if ch.pending.is_empty() || (ch.pending.len() < group_bytes && !flush) {
+        let end = if flush {
+            ch.flushable(block_bytes)
+        } else {
+            ch.pending.len()
+        };
+        if end == 0 || (ch.pending.len() < group_bytes && !flush) {
             return;
         }
         // Cut from an offset and drain once at the end: draining group by
         // group would move the whole remainder each time (quadratic).
         let pending = std::mem::take(&mut ch.pending);
         let mut offset = 0;
-        while offset < pending.len() && (pending.len() - offset >= group_bytes || flush) {
-            let take = (pending.len() - offset).min(group_bytes);
+        while offset < end && (end - offset >= group_bytes || flush) {
+            let take = (end - offset).min(group_bytes);
             let bytes = &pending[offset..offset + take];
             offset += take;
             self.push_group(channel, bytes);
@@ -1187,7 +1219,7 @@ impl Sender {
         };
         ch.pending = pending;
         ch.pending.drain(..offset);
-        ch.pending_since = if ch.pending.is_empty() {
+        ch.pending_since = if ch.flushable(block_bytes) == 0 {
             None
         } else {
             Some(now)

@@ -51,7 +51,7 @@ pub const OPEN_FIXED_LEN: usize = 28;
 pub const TRAILER_LEN: usize = 50;
 /// Length of the sync extension that follows the name of a channel-open
 /// whose [`OPEN_SYNC`] flag (bit 2) is set ([`SyncInfo`]).
-pub const OPEN_SYNC_LEN: usize = 44;
+pub const OPEN_SYNC_LEN: usize = 48;
 
 mod field {
     use std::ops::Range;
@@ -640,6 +640,12 @@ pub struct SyncInfo {
     pub pass: u16,
     /// BLAKE3-256 of the content, when known before sending.
     pub digest: Option<[u8; 32]>,
+    /// Bytes of every block but the last (`k·S`): a sync channel is
+    /// block-stable, so block `n` covers bytes `[n·B, (n+1)·B)` in every
+    /// pass, and a receiver merges the blocks of two passes only when both
+    /// announce the same `B`. Never 0. The sender's core fills it in when
+    /// the channel is opened, whatever the application put here.
+    pub block_bytes: u32,
 }
 
 impl SyncInfo {
@@ -661,10 +667,15 @@ impl SyncInfo {
         if pass == 0 {
             return Err("sync pass is zero");
         }
+        let block_bytes = be_u32(b, 44);
+        if block_bytes == 0 {
+            return Err("sync block size is zero");
+        }
         Ok(SyncInfo {
             first_seen_unix_ms: be_u64(b, 0),
             pass,
             digest,
+            block_bytes,
         })
     }
 
@@ -678,6 +689,7 @@ impl SyncInfo {
         };
         b[11] = 0;
         b[12..44].copy_from_slice(&self.digest.unwrap_or([0; 32]));
+        b[44..48].copy_from_slice(&self.block_bytes.to_be_bytes());
     }
 }
 

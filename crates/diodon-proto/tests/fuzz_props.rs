@@ -168,13 +168,16 @@ fn name() -> impl Strategy<Value = String> {
 }
 
 fn open() -> impl Strategy<Value = Spec> {
-    let sync = proptest::option::of((any::<u64>(), 1u16.., any::<Option<[u8; 32]>>()).prop_map(
-        |(first_seen_unix_ms, pass, digest)| SyncInfo {
-            first_seen_unix_ms,
-            pass,
-            digest,
-        },
-    ));
+    let sync = proptest::option::of(
+        (any::<u64>(), 1u16.., any::<Option<[u8; 32]>>(), 1u32..).prop_map(
+            |(first_seen_unix_ms, pass, digest, block_bytes)| SyncInfo {
+                first_seen_unix_ms,
+                pass,
+                digest,
+                block_bytes,
+            },
+        ),
+    );
     (
         0usize..4,
         any::<Option<u64>>(),
@@ -409,6 +412,7 @@ fn open_flags_on_the_wrong_kind_are_rejected() {
         first_seen_unix_ms: 1,
         pass: 1,
         digest: None,
+        block_bytes: 1024,
     };
     let synced = ChannelMeta {
         sync: Some(sync),

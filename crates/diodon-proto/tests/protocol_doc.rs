@@ -81,6 +81,7 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                         first_seen_unix_ms: 1_795_000_001_000,
                         pass: 2,
                         digest: Some(*blake3::hash(b"hello").as_bytes()),
+                        block_bytes: 358_400,
                     }),
                 }),
             },

@@ -892,3 +892,99 @@ fn a_hundred_thousand_small_files_arrive_in_bounded_memory() {
     assert!(tx_rss < 256 * 1024, "sender peak RSS {tx_rss} KiB");
     assert!(rx_rss < 512 * 1024, "receiver peak RSS {rx_rss} KiB");
 }
+
+#[test]
+fn a_large_file_no_single_pass_delivers_is_merged_across_passes() {
+    // 40 MB in blocks of 16 + 4 symbols at 10 % random loss: 4.3 % of the
+    // ~1800 blocks lose more than their repair symbols in a pass, so pass 1
+    // fails with certainty (every block survives with probability 1e-35);
+    // the next passes fill only what is missing (PROTOCOL.md § 7.7), and a
+    // block still missing after five passes has probability 1.5e-7.
+    let Some(link) = Link::diode(
+        "a_large_file_no_single_pass_delivers_is_merged_across_passes",
+        &["--loss", "10"],
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src/tree");
+    write(&src.join("big.bin"), 40_000_000, 7);
+    let (out, db) = (dir.path().join("out"), dir.path().join("state.sqlite"));
+    let rx = link.recv(&out, &["--no-fsync"]);
+    let tx = finish(
+        link.sync(
+            &src,
+            &db,
+            &[
+                "--once", "--passes", "5", "--block", "16", "--repair", "25", "--rate", "300mbit",
+            ],
+        ),
+        Duration::from_secs(120),
+        "sync",
+    );
+    assert_eq!(tx.status.code(), Some(0));
+    wait_verified(&out, 1, Duration::from_secs(30));
+    let r = json(&stop(rx, "recv"));
+    eprintln!("receiver: {}", r["core"]);
+    let recs = audit(&out);
+    let failed = recs.iter().filter(|r| r["verdict"] == "failed").count();
+    assert!(failed >= 1, "pass 1 did not fail: the test proves nothing");
+    let verified: Vec<&Value> = recs.iter().filter(|r| r["verdict"] == "verified").collect();
+    assert_eq!(verified.len(), 1, "{recs:?}");
+    let pass = verified[0]["pass"].as_u64().unwrap();
+    let held = verified[0]["held_blocks"].as_u64().unwrap_or(0);
+    eprintln!("verified by pass {pass}, {held} blocks kept from earlier passes");
+    assert!(pass > 1, "{:?}", verified[0]);
+    assert!(
+        held > 0,
+        "the completing pass used no kept block: {:?}",
+        verified[0]
+    );
+    assert!(
+        r["core"]["blocks_held"].as_u64().unwrap() > 0,
+        "{}",
+        r["core"]
+    );
+    assert_mirrored(&src, &out);
+}
+
+#[test]
+fn a_receiver_killed_mid_file_completes_it_from_the_blocks_it_kept() {
+    let link = Link::loopback();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src/tree");
+    let size = 40_000_000u64;
+    write(&src.join("big.bin"), size as usize, 9);
+    let (out, db) = (dir.path().join("out"), dir.path().join("state.sqlite"));
+    let rx = link.recv(&out, &["--no-fsync"]);
+    // About 3.5 s a pass at 100 Mbit/s; the receiver is killed 1.5 s into
+    // pass 1 and started again before pass 2.
+    let tx = link.sync(&src, &db, &["--once", "--passes", "2", "--rate", "100mbit"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = Command::new("kill")
+        .args(["-9", &rx.id().to_string()])
+        .status();
+    let _ = finish(rx, Duration::from_secs(10), "recv (killed)");
+    let rx = link.recv(&out, &["--no-fsync"]);
+    let tx = finish(tx, Duration::from_secs(60), "sync");
+    assert_eq!(tx.status.code(), Some(0));
+    wait_verified(&out, 1, Duration::from_secs(30));
+    let r = json(&stop(rx, "recv"));
+    eprintln!("receiver after the restart: {}", r["core"]);
+    let recs = audit(&out);
+    let verified: Vec<&Value> = recs.iter().filter(|r| r["verdict"] == "verified").collect();
+    assert_eq!(verified.len(), 1, "{recs:?}");
+    assert_eq!(verified[0]["pass"], 2, "{:?}", verified[0]);
+    assert!(
+        verified[0]["held_blocks"].as_u64().unwrap_or(0) > 0,
+        "no block kept across the restart: {:?}",
+        verified[0]
+    );
+    // What the restarted receiver needed of the file is less than the file.
+    let delivered = r["core"]["bytes_delivered"]
+        .as_u64()
+        .or_else(|| r["core"]["delivered"].as_u64())
+        .unwrap();
+    assert!(delivered < size, "delivered {delivered} of {size}");
+    assert_mirrored(&src, &out);
+}

@@ -126,6 +126,8 @@ fn send_one(
             first_seen_unix_ms: row.first_seen_ms.cast_unsigned(),
             pass: u16::try_from(row.passes + 1).unwrap_or(u16::MAX),
             digest: row.digest,
+            // The sender's core sets its own block size when it opens the channel.
+            block_bytes: 0,
         }),
     };
     let Ok(token) = handle.open(cm) else {
