@@ -218,7 +218,8 @@ pub struct HealthMonitor {
 
 impl HealthMonitor {
     /// A monitor starting at `now` (`wall_ms`: the same moment, Unix ms).
-    /// `keyed`: datagrams carry a MAC (a failed check is then a wrong key).
+    /// `keyed`: datagrams carry a MAC or an AEAD tag (a failed check is then
+    /// a wrong key).
     pub fn new(
         health: &LinkHealth,
         silence_alarm: Duration,
@@ -309,8 +310,9 @@ impl HealthMonitor {
                 let kind = self.check_alarm;
                 let message = if kind == AlarmKind::WrongKey {
                     format!(
-                        "wrong key: {bad} datagrams in the last second failed their MAC and none \
-                             passed (the sender's key differs from this receiver's --key-file)"
+                        "wrong key: {bad} datagrams in the last second failed their MAC or did not \
+                         decrypt, and none passed (the sender's key or key id differs from this \
+                         receiver's --key-file)"
                     )
                 } else {
                     format!(
@@ -397,6 +399,16 @@ pub fn describe(m: &Mismatch) -> String {
             datagram_keyed: false,
         } => "the sender sends without a key and this receiver expects one \
               (give the sender the same --key-file, or remove it here)"
+            .to_owned(),
+        Mismatch::Encryption {
+            datagram_encrypted: true,
+        } => "the sender encrypts its datagrams and this receiver expects them signed only \
+              (give it --encrypt too)"
+            .to_owned(),
+        Mismatch::Encryption {
+            datagram_encrypted: false,
+        } => "the sender signs its datagrams without encrypting them and this receiver \
+              requires encryption (give the sender --encrypt, or remove it here)"
             .to_owned(),
         Mismatch::SymbolTooLarge(size) => format!(
             "the sender's symbols are {size} bytes, more than this receiver accepts \

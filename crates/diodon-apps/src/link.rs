@@ -1,17 +1,19 @@
 //! Link settings every front end resolves the same way: the pre-shared key
-//! file, the receive buffer a rate and a tolerated stall need, and the
+//! file (one key, or a current and a next key with their key ids), the
+//! receive buffer a rate and a tolerated stall need, and the
 //! socket of the UDP-flow source (sized like the receiver's, so a burst from
 //! the source waits in the kernel while the link catches up).
 //!
 //! ```text
-//!  --key-file FILE  ─► read_key ─► [u8; 32] (Integrity::Keyed)
+//!  --key-file FILE  ─► read_keys ─► KeyRing (Integrity::Keyed: its current key;
+//!                                           Integrity::Encrypted with --encrypt)
 //!  --rate, --stall  ─► rcvbuf_for ─► SO_RCVBUF bytes (4 MiB ..= 1 GiB)
 //!  --udp-listen     ─► udp_source_options ─► UdpSourceOptions (rcvbuf = rate × 250 ms)
 //! ```
 
 use crate::udp_flow::UdpSourceOptions;
 use diodon_io::UdpConfig;
-use diodon_proto::Rate;
+use diodon_proto::{KeyRing, KeyRingError, Rate, Secret};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,23 +31,97 @@ pub enum KeyFileError {
         source: std::io::Error,
     },
     /// It holds something else.
-    #[error("key file {0} must hold 32 raw bytes or 64 hex characters")]
+    #[error(
+        "key file {0} must hold 32 raw bytes, 64 hex characters, or the lines \
+         `current ID HEX` and optionally `next ID HEX`"
+    )]
     Format(PathBuf),
+    /// A line of a key file with ids is wrong.
+    #[error("key file {path}, line {line}: {why}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The current and the next key do not make a ring.
+    #[error("key file {path}: {source}")]
+    Ring {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: KeyRingError,
+    },
 }
 
-/// 32 raw bytes, or 64 hex characters (surrounding whitespace ignored).
-pub fn read_key(path: &Path) -> Result<[u8; 32], KeyFileError> {
-    let bytes = std::fs::read(path).map_err(|source| KeyFileError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+/// The keys of a key file (PROTOCOL.md § 4.2): 32 raw bytes or 64 hex
+/// characters (surrounding whitespace ignored) are one key with id 0;
+/// otherwise lines `current ID HEX` (once) and `next ID HEX` (at most
+/// once), `#` comments and empty lines ignored.
+pub fn read_keys(path: &Path) -> Result<KeyRing, KeyFileError> {
+    let bytes =
+        zeroize::Zeroizing::new(std::fs::read(path).map_err(|source| KeyFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?);
     if let Ok(k) = <[u8; 32]>::try_from(bytes.as_slice()) {
-        return Ok(k);
+        return Ok(KeyRing::single(k));
     }
     let format = || KeyFileError::Format(path.to_owned());
     let text = std::str::from_utf8(&bytes).map_err(|_| format())?;
-    let decoded = hex::decode(text.trim()).map_err(|_| format())?;
-    decoded.try_into().map_err(|_| format())
+    if let Some(key) = hex_key(text.trim()) {
+        return Ok(KeyRing::single(*key.bytes()));
+    }
+    let (mut current, mut next) = (None, None);
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why| KeyFileError::Line {
+            path: path.to_owned(),
+            line: i + 1,
+            why,
+        };
+        let mut words = line.split_whitespace();
+        let slot = match words.next() {
+            Some("current") => &mut current,
+            Some("next") => &mut next,
+            // Not a key file with ids at all: say what a key file holds.
+            _ if current.is_none() && next.is_none() => return Err(format()),
+            _ => return Err(bad("expected `current ID HEX` or `next ID HEX`")),
+        };
+        let id: u8 = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| bad("the key id must be a number 0 … 255"))?;
+        let key = words
+            .next()
+            .and_then(hex_key)
+            .ok_or_else(|| bad("the key must be 64 hex characters"))?;
+        if words.next().is_some() {
+            return Err(bad("more than `WORD ID HEX` on the line"));
+        }
+        if slot.replace((id, key)).is_some() {
+            return Err(bad("a second key in the same role"));
+        }
+    }
+    let current = current.ok_or_else(format)?;
+    KeyRing::new(current, next).map_err(|source| KeyFileError::Ring {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// 64 hex characters as a key.
+fn hex_key(text: &str) -> Option<Secret> {
+    let decoded = zeroize::Zeroizing::new(hex::decode(text).ok()?);
+    <[u8; 32]>::try_from(decoded.as_slice())
+        .ok()
+        .map(Secret::new)
 }
 
 /// Receive buffer for `rate` and a tolerated stall, 4 MiB ..= 1 GiB
@@ -92,15 +168,48 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("key");
         std::fs::write(&path, [7u8; 32]).expect("write");
-        assert_eq!(read_key(&path).expect("raw"), [7u8; 32]);
+        assert_eq!(read_keys(&path).expect("raw"), KeyRing::single([7u8; 32]));
         std::fs::write(&path, format!("{}\n", "ab".repeat(32))).expect("write");
-        assert_eq!(read_key(&path).expect("hex"), [0xab; 32]);
+        assert_eq!(read_keys(&path).expect("hex"), KeyRing::single([0xab; 32]));
         std::fs::write(&path, "short").expect("write");
-        let e = read_key(&path).expect_err("too short");
+        let e = read_keys(&path).expect_err("too short");
         assert!(
             e.to_string()
-                .contains("must hold 32 raw bytes or 64 hex characters"),
+                .contains("must hold 32 raw bytes, 64 hex characters, or the lines"),
             "{e}"
         );
+        let two = format!(
+            "# rollover\ncurrent 1 {}\n\nnext 2 {}\n",
+            "11".repeat(32),
+            "22".repeat(32)
+        );
+        std::fs::write(&path, two).expect("write");
+        let ring = read_keys(&path).expect("two keys");
+        assert_eq!((ring.current_id(), ring.next_id()), (1, Some(2)));
+        assert_eq!(ring.key(2).map(Secret::bytes), Some(&[0x22; 32]));
+        for (text, says) in [
+            (format!("next 2 {}", "22".repeat(32)), "must hold"),
+            (
+                format!("current 1 {}\nnext 1 {}", "11".repeat(32), "22".repeat(32)),
+                "key id 1",
+            ),
+            (
+                format!("current 1 {}", "1".repeat(63)),
+                "line 1: the key must be 64 hex",
+            ),
+            (
+                format!("current 300 {}", "11".repeat(32)),
+                "line 1: the key id",
+            ),
+            (
+                format!("current 1 {0}\ncurrent 2 {0}", "11".repeat(32)),
+                "line 2: a second key",
+            ),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let e = read_keys(&path).expect_err("refused").to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains("11111111"), "a key in an error: {e}");
+        }
     }
 }

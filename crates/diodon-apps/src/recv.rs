@@ -31,8 +31,8 @@ use crate::PipelineError;
 use diodon_io::clock::unix_time_ms;
 use diodon_io::{BatchReceiver, MonotonicClock, RecvBuffer, SetupWarning, UdpConfig};
 use diodon_proto::{
-    BlockSet, ChannelId, ChannelMeta, Event, FailReason, Integrity, Receiver, ReceiverConfig,
-    ReceiverStats, SessionId, Timestamp,
+    BlockSet, ChannelId, ChannelMeta, Event, FailReason, Receiver, ReceiverConfig, ReceiverStats,
+    SessionId, Timestamp,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
@@ -559,7 +559,7 @@ impl Decoder {
         let monitor = HealthMonitor::new(
             &progress.health,
             opts.silence_alarm,
-            matches!(opts.config.integrity, Integrity::Keyed(_)),
+            opts.config.integrity.is_keyed(),
             start,
             unix_time_ms(),
         );

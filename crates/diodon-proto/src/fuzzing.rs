@@ -7,6 +7,8 @@
 //!
 //! ```text
 //!   fuzz bytes ──► wire()      parse_datagram ─► emit ─► parse (same repr, same bytes)
+//!              ──► open()      open_datagram as is | sealed with the ring ─► opens,
+//!                              re-seals to the same bytes | one flipped bit ─► refused
 //!              ──► receiver()  ops: genuine Sender traffic | raw | resealed | forged
 //!                              symbols / controls | replays | time ─► Receiver
 //!                              ─► stats identity, verdict and delivery invariants
@@ -18,14 +20,16 @@
 //! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
 use crate::blocks::BlockSet;
+use crate::crypto::{CipherCache, KeyRing, Secret, SessionCipher};
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
 use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
-    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, Packet, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
-    CRC_TAG_LEN, FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN, VERSION,
+    open_datagram, parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta,
+    ChannelState, DatagramRepr, Header, Integrity, Packet, SymbolRepr, SyncInfo, TrailerRepr,
+    TrailerStatus, WireError, CRC_TAG_LEN, FLAG_ENCRYPTED, FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN,
+    VERSION,
 };
 use diodon_sansio::Timestamp;
 use std::collections::{HashMap, HashSet};
@@ -33,6 +37,19 @@ use std::time::Duration;
 
 /// The pre-shared key of the keyed integrity mode in every fuzz function.
 pub const FUZZ_KEY: [u8; 32] = *b"diodon fuzzing key, not a secret";
+
+/// The next key of the ring in [`open`] (key id 1; the current is
+/// [`FUZZ_KEY`] with id 0).
+pub const FUZZ_NEXT_KEY: [u8; 32] = *b"diodon fuzzing next key, public!";
+
+/// The key ring of the encrypted mode in [`open`].
+pub fn fuzz_ring() -> KeyRing {
+    KeyRing::new(
+        (0, Secret::new(FUZZ_KEY)),
+        Some((1, Secret::new(FUZZ_NEXT_KEY))),
+    )
+    .expect("two ids, two keys")
+}
 
 /// Session id of the genuine sender in [`receiver`].
 pub const GENUINE_SESSION: SessionId = SessionId(0x0123_4567_89AB_CDEF);
@@ -168,7 +185,85 @@ fn seal(datagram: &mut [u8], integrity: &Integrity) {
         Integrity::Keyed(key) => {
             tag.copy_from_slice(&blake3::keyed_hash(key, content).as_bytes()[..MAC_TAG_LEN]);
         }
+        Integrity::Encrypted(_) => unreachable!("wire() seals with CRC32C or the MAC only"),
     }
+}
+
+// ---------------------------------------------------------------------------
+// open (the decrypt path)
+
+/// Opens `data` as an encrypted datagram with [`fuzz_ring`], as it is
+/// (whatever opens must re-seal to the same bytes), then sealed with the
+/// ring's key that its flag bit 0 picks (version, flags, body length fixed,
+/// body encrypted): that must open unless its body is malformed, re-seal to
+/// the same bytes, and refuse any one flipped bit (position from the data).
+pub fn open(data: &[u8]) {
+    let ring = fuzz_ring();
+    let integrity = Integrity::Encrypted(ring.clone());
+    let mut ciphers = CipherCache::new(Some(ring.clone()));
+    let mut plain = Vec::new();
+    if let Ok(repr) = open_datagram(data, &integrity, &mut ciphers, &mut plain) {
+        check_reseal(&repr, data, &ring);
+    }
+    let Some(sealed) = seal_encrypted(data, &ring) else {
+        return;
+    };
+    let mut plain = Vec::new();
+    match open_datagram(&sealed, &integrity, &mut ciphers, &mut plain) {
+        Ok(repr) => check_reseal(&repr, &sealed, &ring),
+        Err(e) => assert!(
+            matches!(e, WireError::UnknownType(_) | WireError::Malformed { .. }),
+            "a datagram sealed with the ring's key must open: {e}"
+        ),
+    }
+    let bits = sealed.len() * 8;
+    let pick = data
+        .iter()
+        .fold(data.len(), |a, &b| a.wrapping_mul(31) ^ usize::from(b));
+    let bit = pick % bits;
+    let mut damaged = sealed;
+    damaged[bit / 8] ^= 1 << (bit % 8);
+    let mut plain = Vec::new();
+    assert!(
+        open_datagram(&damaged, &integrity, &mut ciphers, &mut plain).is_err(),
+        "bit {bit} of an encrypted datagram flipped and it still opened"
+    );
+}
+
+/// Sealing `repr` again with the ring's key of its key id gives `datagram`.
+fn check_reseal(repr: &DatagramRepr<'_>, datagram: &[u8], ring: &KeyRing) {
+    let id = Packet::new_unchecked(datagram).key_id();
+    let key = ring
+        .key(id)
+        .expect("it opened, so the ring holds its key id");
+    let cipher = SessionCipher::derive(key, repr.header.session.0, id);
+    let mut out = vec![0u8; datagram.len()];
+    assert_eq!(
+        repr.emit_encrypted(&mut out, &cipher),
+        datagram.len(),
+        "length"
+    );
+    assert_eq!(out, datagram, "an opened datagram re-seals to other bytes");
+}
+
+/// `data` framed and sealed as an encrypted datagram with `ring`'s key id
+/// 0 or 1 (flag bit 0 of `data`).
+fn seal_encrypted(data: &[u8], ring: &KeyRing) -> Option<Vec<u8>> {
+    let body_len = data.len().checked_sub(HEADER_LEN + MAC_TAG_LEN)?;
+    let body_len16 = u16::try_from(body_len).ok()?;
+    let id = data[3] & 1;
+    let mut out = data.to_vec();
+    out[0] = VERSION;
+    let flags = FLAG_KEYED | FLAG_ENCRYPTED | (u16::from(id) << 8);
+    out[2..4].copy_from_slice(&flags.to_be_bytes());
+    out[30..32].copy_from_slice(&body_len16.to_be_bytes());
+    let packet = Packet::new_checked(&out[..]).ok()?;
+    let (session, seq) = (packet.session_id().0, packet.seq());
+    let cipher = SessionCipher::derive(ring.key(id)?, session, id);
+    let (header, rest) = out.split_at_mut(HEADER_LEN);
+    let (body, tag) = rest.split_at_mut(body_len);
+    tag.copy_from_slice(&cipher.seal(seq, header, body));
+    Some(out)
 }
 
 // ---------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 //!
 //! Time, timer tables and the transmit contract come from `diodon-sansio`
 //! (shared with Delta-t and the drivers). Modules: [`types`] (checked
-//! parameters), [`wire`] (datagram views and representations), [`fec`]
+//! parameters), [`wire`] (datagram views and representations), [`crypto`]
+//! (keys, the keyed MAC, per-session ChaCha20-Poly1305), [`fec`]
 //! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
 //! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
 //! session state machines), [`records`] (the record framing of datagram
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blocks;
+pub mod crypto;
 pub mod fec;
 pub mod fec_plan;
 #[cfg(feature = "fuzzing")]
@@ -36,6 +38,7 @@ pub mod types;
 pub mod wire;
 
 pub use blocks::{BlockSet, BlockSetError};
+pub use crypto::{KeyRing, KeyRingError, Secret};
 pub use diodon_sansio::{Deadlines, IpVersion, TimerSlot, TimerTable, Timestamp, Transmit};
 pub use receiver::{
     Event, FailReason, HoldError, Mismatch, Receiver, ReceiverConfig, ReceiverStats, Rejection,

@@ -34,11 +34,12 @@
 //! length matches the trailer and the BLAKE3 digest matches.
 
 use crate::blocks::{BlockSet, BlockSetError};
+use crate::crypto::CipherCache;
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
 use crate::types::{ChannelId, SessionId};
 use crate::wire::{
-    parse_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
+    open_datagram, BeaconRepr, Body, ChannelMeta, ChannelState, DatagramRepr, Integrity,
     SymbolRepr, TrailerRepr, TrailerStatus, WireError,
 };
 use diodon_sansio::{Deadlines, TimerSlot, TimerTable, Timestamp};
@@ -49,7 +50,8 @@ use std::time::Duration;
 /// Receiver settings.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
-    /// CRC32C or keyed MAC; must match the sender.
+    /// CRC32C, keyed MAC or encryption; must match the sender (the keys may
+    /// differ during a rollover: the receiver's ring opens both).
     pub integrity: Integrity,
     /// Δt: session and channel state is freed after 2Δt of silence.
     pub delta_t: Duration,
@@ -236,6 +238,12 @@ pub enum Mismatch {
         /// The datagram carries a MAC.
         datagram_keyed: bool,
     },
+    /// Both sides have a key, but encrypted datagrams arrive at a receiver
+    /// that expects the MAC only, or the reverse.
+    Encryption {
+        /// The datagram's body is encrypted.
+        datagram_encrypted: bool,
+    },
     /// The sender's symbols exceed `max_symbol_size`.
     SymbolTooLarge(u16),
     /// The sender announces a larger Δt than configured here: state would be
@@ -372,8 +380,8 @@ diodon_counters::counters! {
         accepted: counter Count "accepted" "Datagrams accepted (passed every check, not duplicate, not stale).",
         bad_length: counter Count "bad_length" "Datagrams too short, with a length disagreeing with the header, or unknown flags.",
         wrong_version: counter Count "wrong_version" "Datagrams of another protocol version.",
-        integrity_mismatch: counter Count "integrity_mismatch" "Datagrams keyed while unkeyed was expected, or the reverse.",
-        bad_check: counter Count "bad_check" "Datagrams with a wrong CRC32C or MAC (corruption or forgery).",
+        integrity_mismatch: counter Count "integrity_mismatch" "Datagrams keyed while unkeyed was expected, encrypted while not, or the reverse.",
+        bad_check: counter Count "bad_check" "Datagrams with a wrong CRC32C, MAC or AEAD tag, or an unknown key id (corruption, forgery or a wrong key).",
         malformed: counter Count "malformed" "Datagrams that passed the check but have an invalid body field.",
         stale_session: counter Count "stale_session" "Datagrams of a previous (retired) session.",
         duplicates: counter Count "duplicates" "Datagrams whose sequence number was already seen.",
@@ -755,6 +763,10 @@ pub struct Receiver {
     events: VecDeque<Event>,
     stats: ReceiverStats,
     reported: HashSet<u8>,
+    /// Derived session ciphers (encrypted mode).
+    ciphers: CipherCache,
+    /// An encrypted datagram opened: header, plaintext body, tag.
+    plain: Vec<u8>,
 }
 
 impl Receiver {
@@ -763,7 +775,6 @@ impl Receiver {
         let mut timers = TimerTable::default();
         timers.set(Timer::Silence, now + config.silence_timeout);
         Receiver {
-            config,
             session: None,
             retired: VecDeque::new(),
             retired_missing: 0,
@@ -776,6 +787,9 @@ impl Receiver {
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             reported: HashSet::new(),
+            ciphers: CipherCache::new(config.integrity.key_ring().cloned()),
+            plain: Vec::new(),
+            config,
         }
     }
 
@@ -1034,13 +1048,22 @@ impl Receiver {
     /// counted in [`ReceiverStats`].
     pub fn handle_datagram(&mut self, now: Timestamp, datagram: &[u8]) {
         self.stats.datagrams += 1;
-        let repr = match parse_datagram(datagram, &self.config.integrity) {
-            Ok(r) => r,
-            Err(e) => {
-                self.count_rejection(&e);
-                return;
-            }
-        };
+        let mut plain = std::mem::take(&mut self.plain);
+        match open_datagram(
+            datagram,
+            &self.config.integrity,
+            &mut self.ciphers,
+            &mut plain,
+        ) {
+            Ok(repr) => self.handle_valid(now, repr),
+            Err(e) => self.count_rejection(&e),
+        }
+        self.plain = plain;
+    }
+
+    /// A datagram whose tag verified and whose body parsed: session,
+    /// lifetime and replay checks, then its content.
+    fn handle_valid(&mut self, now: Timestamp, repr: DatagramRepr<'_>) {
         if !self.accept_session(now, &repr) {
             return;
         }
@@ -1128,6 +1151,17 @@ impl Receiver {
                     2,
                     Mismatch::Integrity {
                         datagram_keyed: *datagram_keyed,
+                    },
+                );
+            }
+            WireError::EncryptionMismatch {
+                datagram_encrypted, ..
+            } => {
+                self.stats.integrity_mismatch += 1;
+                self.mismatch_once(
+                    5,
+                    Mismatch::Encryption {
+                        datagram_encrypted: *datagram_encrypted,
                     },
                 );
             }

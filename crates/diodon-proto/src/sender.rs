@@ -24,6 +24,7 @@
 //! their earliest entries, so it costs the same with one open channel or
 //! ten thousand.
 
+use crate::crypto::{KeyRing, SessionCipher, SEQ_LIMIT};
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
 use crate::pool::BufferPool;
@@ -62,8 +63,12 @@ pub struct SenderConfig {
     pub rate: Rate,
     /// Bytes the pacer adds per datagram for the IP and UDP headers.
     pub per_datagram_overhead: usize,
-    /// CRC32C or keyed MAC.
+    /// CRC32C, keyed MAC or encryption.
     pub integrity: Integrity,
+    /// Encrypted mode with a next key in the ring: seal with the next key
+    /// from this long after the session started (`Some(ZERO)`: from the
+    /// start); `None` keeps the current key.
+    pub next_key_after: Option<Duration>,
     /// Lifetime granted to each datagram (Delta-t MPL), at most 65.535 s.
     pub lifetime: Duration,
     /// Δt announced in beacons (MPL + R + A; R = A = 0 on a one-way link).
@@ -98,6 +103,7 @@ impl Default for SenderConfig {
             rate: Rate::UNLIMITED,
             per_datagram_overhead: 28,
             integrity: Integrity::Crc32c,
+            next_key_after: None,
             lifetime: Duration::from_secs(2),
             delta_t: Duration::from_secs(2),
             beacon_interval: Duration::from_millis(250),
@@ -141,6 +147,17 @@ impl SenderConfig {
         if self.control_copies == 0 || self.max_batch == 0 || self.beacon_interval.is_zero() {
             return Err(ConfigError::Inconsistent(
                 "control copies, batch and beacon interval must be non-zero",
+            ));
+        }
+        if self.next_key_after.is_some()
+            && self
+                .integrity
+                .key_ring()
+                .and_then(KeyRing::next_id)
+                .is_none()
+        {
+            return Err(ConfigError::Inconsistent(
+                "switching to the next key needs encryption and a key file with a next key",
             ));
         }
         let datagram = self.datagram_len();
@@ -419,6 +436,57 @@ pub struct Sender {
     short_repair: HashMap<u16, u16>,
     events: VecDeque<SenderEvent>,
     stats: SenderStats,
+    /// The session's ciphers (encrypted mode).
+    sealing: Option<Sealing>,
+}
+
+/// The sender's session ciphers: the current key's and, when a switch is
+/// configured, the next key's and the moment it takes over.
+#[derive(Debug)]
+struct Sealing {
+    current: SessionCipher,
+    next: Option<(Timestamp, SessionCipher)>,
+}
+
+impl Sealing {
+    fn new(config: &SenderConfig, session: SessionId, start: Timestamp) -> Option<Self> {
+        let ring = config.integrity.key_ring()?;
+        let derive = |id: u8| {
+            let key = ring.key(id).expect("the ring holds its own ids");
+            SessionCipher::derive(key, session.0, id)
+        };
+        let next = config
+            .next_key_after
+            .zip(ring.next_id())
+            .map(|(after, id)| (start + after, derive(id)));
+        Some(Sealing {
+            current: derive(ring.current_id()),
+            next,
+        })
+    }
+
+    /// The cipher in force at `now`.
+    fn at(&self, now: Timestamp) -> &SessionCipher {
+        match &self.next {
+            Some((from, next)) if now >= *from => next,
+            _ => &self.current,
+        }
+    }
+}
+
+/// Writes `repr` sealed as configured: encrypted with `sealing`'s cipher in
+/// force at `now`, else with `integrity`'s CRC32C or MAC.
+fn seal_into(
+    repr: &DatagramRepr<'_>,
+    buf: &mut [u8],
+    integrity: &Integrity,
+    sealing: Option<&Sealing>,
+    now: Timestamp,
+) -> usize {
+    match sealing {
+        Some(s) => repr.emit_encrypted(buf, s.at(now)),
+        None => repr.emit(buf, integrity),
+    }
 }
 
 const RECENT_CHANNELS: usize = 64;
@@ -438,7 +506,6 @@ impl Sender {
             (config.max_batch * (config.datagram_len() + config.per_datagram_overhead)) as u64;
         Ok(Sender {
             pacer: Pacer::new(config.rate, burst, now),
-            config,
             session,
             start: now,
             seq: 0,
@@ -460,7 +527,28 @@ impl Sender {
             short_repair: HashMap::new(),
             events: VecDeque::new(),
             stats: SenderStats::default(),
+            sealing: Sealing::new(&config, session, now),
+            config,
         })
+    }
+
+    /// Whether the session has used its last sequence number
+    /// ([`crate::crypto::SEQ_LIMIT`]): it sends nothing more, and the
+    /// application must start a new session (a new id, hence new keys).
+    pub fn exhausted(&self) -> bool {
+        self.seq == SEQ_LIMIT
+    }
+
+    /// The key id datagrams carry at `now` (encrypted mode).
+    pub fn key_id(&self, now: Timestamp) -> Option<u8> {
+        self.sealing.as_ref().map(|s| s.at(now).key_id())
+    }
+
+    /// Moves the sequence number (tests of the sequence limit).
+    #[cfg(feature = "fuzzing")]
+    #[doc(hidden)]
+    pub fn set_seq_for_test(&mut self, seq: u64) {
+        self.seq = seq;
     }
 
     /// This session's id.
@@ -789,6 +877,9 @@ impl Sender {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         // Nothing can leave before the pacer allows it, so datagrams that
         // are already due wake the driver at the pacer's time, not earlier.
+        if self.exhausted() {
+            return None;
+        }
         let floor = self.pace_wait.unwrap_or(Timestamp::ZERO);
         let mut next = self.beacon_due.max(floor);
         if let Some(t) = self.pace_wait {
@@ -912,6 +1003,9 @@ impl Sender {
     }
 
     fn pick(&self, now: Timestamp) -> Option<Next> {
+        if self.exhausted() {
+            return None;
+        }
         if now >= self.beacon_due {
             return Some(Next::Beacon);
         }
@@ -997,7 +1091,13 @@ impl Sender {
                 };
                 self.beacon_due = now + self.config.beacon_interval;
                 self.stats.beacons += 1;
-                repr.emit(buf, &self.config.integrity)
+                seal_into(
+                    &repr,
+                    buf,
+                    &self.config.integrity,
+                    self.sealing.as_ref(),
+                    now,
+                )
             }
             Next::Control(i) => {
                 let item = &self.control[i];
@@ -1015,7 +1115,13 @@ impl Sender {
                     header: self.header(now, item.channel),
                     body,
                 };
-                let len = repr.emit(buf, &self.config.integrity);
+                let len = seal_into(
+                    &repr,
+                    buf,
+                    &self.config.integrity,
+                    self.sealing.as_ref(),
+                    now,
+                );
                 self.control_sent(i, now);
                 len
             }
@@ -1050,7 +1156,13 @@ impl Sender {
                 Body::Repair(symbol)
             },
         };
-        let len = repr.emit(buf, &self.config.integrity);
+        let len = seal_into(
+            &repr,
+            buf,
+            &self.config.integrity,
+            self.sealing.as_ref(),
+            now,
+        );
         if index < usize::from(b.k) {
             self.stats.data_symbols += 1;
         } else {
@@ -1165,7 +1277,7 @@ impl Sender {
         let item = &mut self.control[i];
         item.copies_left -= 1;
         if item.copies_left > 0 {
-            item.due_seq = self.seq + 1 + spacing;
+            item.due_seq = self.seq.saturating_add(1).saturating_add(spacing);
             item.due_time = now + interval;
             self.control_due.set(item.id, Some(item.due_time));
             return;

@@ -14,13 +14,17 @@
 //! +----------------------------+-------------+-------------+--------+--------+
 //! 32                                         32 + body len
 //! +------------------------------------------+---------------------------+
-//! |  body (type specific, body len bytes)    | tag: CRC32C (4) or MAC(16)|
+//! |  body (type specific, body len bytes)    | tag: CRC32C (4), MAC (16) |
+//! |  (encrypted when flag bit 1 is set)      | or AEAD tag (16)          |
 //! +------------------------------------------+---------------------------+
 //! ```
 //!
-//! All integers are big-endian. The tag covers every byte before it. After
-//! [`Packet::check_len`] succeeds no accessor panics.
+//! All integers are big-endian. The CRC32C or MAC covers every byte before
+//! it; an AEAD tag covers the header (associated data) and the encrypted
+//! body. The keys and the cryptography are [`crate::crypto`]'s; this module
+//! places its output. After [`Packet::check_len`] succeeds no accessor panics.
 
+use crate::crypto::{self, CipherCache, KeyRing, SessionCipher};
 use crate::types::{ChannelId, ConfigError, SessionId, SymbolSize};
 use diodon_sansio::IpVersion;
 use thiserror::Error;
@@ -37,6 +41,11 @@ pub const CRC_TAG_LEN: usize = 4;
 pub const MAC_TAG_LEN: usize = 16;
 /// Header flag: the tag is a 16-byte keyed MAC instead of a CRC32C.
 pub const FLAG_KEYED: u16 = 0x0001;
+/// Header flag: the body is encrypted and the tag is an AEAD tag (only
+/// together with [`FLAG_KEYED`]); the flags' high byte is then the key id.
+pub const FLAG_ENCRYPTED: u16 = 0x0002;
+/// The flags' high byte: the key id of an encrypted datagram (0 otherwise).
+pub const FLAG_KEY_ID: u16 = 0xFF00;
 /// Largest datagram the protocol produces or accepts (UDP payload limit).
 pub const MAX_DATAGRAM_LEN: usize = 65_507;
 /// Longest channel name carried by a channel-open datagram.
@@ -96,7 +105,16 @@ pub enum WireError {
         /// The receiver has a key configured.
         receiver_keyed: bool,
     },
-    /// CRC32C or MAC does not match the content.
+    /// Both sides are keyed, but one encrypts and the other does not.
+    #[error("encryption mismatch: datagram encrypted={datagram_encrypted}, receiver encrypts={receiver_encrypts}")]
+    EncryptionMismatch {
+        /// The datagram's body is encrypted.
+        datagram_encrypted: bool,
+        /// The receiver expects encrypted datagrams.
+        receiver_encrypts: bool,
+    },
+    /// CRC32C, MAC or AEAD tag does not match the content (for an
+    /// encrypted datagram also: a key id the receiver does not hold).
     #[error("integrity check failed")]
     BadCheck,
     /// A body field is out of range or inconsistent.
@@ -149,14 +167,18 @@ impl DatagramType {
     }
 }
 
-/// How each datagram is protected: CRC32C against corruption, or a keyed
-/// BLAKE3 MAC (truncated to 16 bytes) against forgery as well.
+/// How each datagram is protected: CRC32C against corruption, a keyed
+/// BLAKE3 MAC (truncated to 16 bytes) against forgery as well, or
+/// ChaCha20-Poly1305 with a per-session key against reading too.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Integrity {
     /// CRC32C (Castagnoli) over every byte before the tag.
     Crc32c,
     /// BLAKE3 keyed hash with this 32-byte pre-shared key, first 16 bytes.
     Keyed([u8; 32]),
+    /// The body encrypted with a key derived per session from the ring's
+    /// keys; the header is authenticated, not encrypted.
+    Encrypted(KeyRing),
 }
 
 impl std::fmt::Debug for Integrity {
@@ -164,6 +186,7 @@ impl std::fmt::Debug for Integrity {
         match self {
             Self::Crc32c => f.write_str("Crc32c"),
             Self::Keyed(_) => f.write_str("Keyed(<redacted>)"),
+            Self::Encrypted(_) => f.write_str("Encrypted(<redacted>)"),
         }
     }
 }
@@ -173,24 +196,29 @@ impl Integrity {
     pub fn tag_len(&self) -> usize {
         match self {
             Self::Crc32c => CRC_TAG_LEN,
-            Self::Keyed(_) => MAC_TAG_LEN,
+            Self::Keyed(_) | Self::Encrypted(_) => MAC_TAG_LEN,
         }
     }
 
-    /// Whether this is the keyed mode.
+    /// Whether a key is configured (MAC or encryption).
     pub fn is_keyed(&self) -> bool {
-        matches!(self, Self::Keyed(_))
+        !matches!(self, Self::Crc32c)
     }
 
-    fn flags(&self) -> u16 {
-        if self.is_keyed() {
-            FLAG_KEYED
-        } else {
-            0
+    /// Whether bodies are encrypted.
+    pub fn is_encrypted(&self) -> bool {
+        matches!(self, Self::Encrypted(_))
+    }
+
+    /// The key ring of the encrypted mode.
+    pub fn key_ring(&self) -> Option<&KeyRing> {
+        match self {
+            Self::Encrypted(ring) => Some(ring),
+            _ => None,
         }
     }
 
-    /// Writes the tag over `datagram[..covered]` into `datagram[covered..]`.
+    /// Writes the CRC32C or MAC over `datagram[..covered]` into `datagram[covered..]`.
     fn seal(&self, datagram: &mut [u8], covered: usize) {
         let (content, tag) = datagram.split_at_mut(covered);
         match self {
@@ -198,24 +226,20 @@ impl Integrity {
                 tag[..CRC_TAG_LEN].copy_from_slice(&crc32c::crc32c(content).to_be_bytes());
             }
             Self::Keyed(key) => {
-                let mac = blake3::keyed_hash(key, content);
-                tag[..MAC_TAG_LEN].copy_from_slice(&mac.as_bytes()[..MAC_TAG_LEN]);
+                let mac = crypto::mac(&crypto::Secret::new(*key), content);
+                tag[..MAC_TAG_LEN].copy_from_slice(&mac);
             }
+            Self::Encrypted(_) => unreachable!("encrypted datagrams are sealed by seal_encrypted"),
         }
     }
 
+    /// Whether the CRC32C or MAC matches; an encrypted datagram is checked
+    /// by [`open_datagram`] and never here.
     fn verify(&self, content: &[u8], tag: &[u8]) -> bool {
         match self {
             Self::Crc32c => crc32c::crc32c(content).to_be_bytes() == tag,
-            Self::Keyed(key) => {
-                let mac = blake3::keyed_hash(key, content);
-                // Constant-time comparison of the truncated tag.
-                let mut diff = 0u8;
-                for (a, b) in mac.as_bytes()[..MAC_TAG_LEN].iter().zip(tag) {
-                    diff |= a ^ b;
-                }
-                diff == 0 && tag.len() == MAC_TAG_LEN
-            }
+            Self::Keyed(key) => crypto::mac_matches(&crypto::Secret::new(*key), content, tag),
+            Self::Encrypted(_) => false,
         }
     }
 }
@@ -266,7 +290,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(WireError::BadVersion(b[field::VERSION]));
         }
         let flags = self.flags();
-        if flags & !FLAG_KEYED != 0 {
+        let encrypted = flags & FLAG_ENCRYPTED != 0;
+        let defined = if encrypted {
+            FLAG_KEYED | FLAG_ENCRYPTED | FLAG_KEY_ID
+        } else {
+            FLAG_KEYED
+        };
+        if flags & !defined != 0 || (encrypted && flags & FLAG_KEYED == 0) {
             return Err(WireError::BadFlags(flags));
         }
         let expected = HEADER_LEN + self.body_len() + self.tag_len();
@@ -291,9 +321,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn flags(&self) -> u16 {
         be_u16(self.buffer.as_ref(), field::FLAGS.start)
     }
-    /// Whether the tag is a keyed MAC.
+    /// Whether the tag is keyed (a MAC, or an AEAD tag).
     pub fn is_keyed(&self) -> bool {
         self.flags() & FLAG_KEYED != 0
+    }
+    /// Whether the body is encrypted.
+    pub fn is_encrypted(&self) -> bool {
+        self.flags() & FLAG_ENCRYPTED != 0
+    }
+    /// The key id of an encrypted datagram (0 otherwise).
+    pub fn key_id(&self) -> u8 {
+        self.buffer.as_ref()[field::FLAGS.start]
     }
     /// Session id.
     pub fn session_id(&self) -> SessionId {
@@ -337,14 +375,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
         &b[b.len() - self.tag_len()..]
     }
 
-    /// Checks the tag with the receiver's integrity mode.
-    pub fn verify(&self, integrity: &Integrity) -> Result<(), WireError> {
+    /// Checks that the datagram's mode (CRC32C, MAC, encrypted) is the
+    /// receiver's.
+    pub fn check_mode(&self, integrity: &Integrity) -> Result<(), WireError> {
         if self.is_keyed() != integrity.is_keyed() {
             return Err(WireError::IntegrityMismatch {
                 datagram_keyed: self.is_keyed(),
                 receiver_keyed: integrity.is_keyed(),
             });
         }
+        if self.is_encrypted() != integrity.is_encrypted() {
+            return Err(WireError::EncryptionMismatch {
+                datagram_encrypted: self.is_encrypted(),
+                receiver_encrypts: integrity.is_encrypted(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks the mode and the CRC32C or MAC with the receiver's integrity
+    /// mode (an encrypted datagram does not verify here: [`open_datagram`]).
+    pub fn verify(&self, integrity: &Integrity) -> Result<(), WireError> {
+        self.check_mode(integrity)?;
         let b = self.buffer.as_ref();
         let covered = b.len() - self.tag_len();
         if integrity.verify(&b[..covered], &b[covered..]) {
@@ -1033,17 +1085,53 @@ impl<'a> DatagramRepr<'a> {
     }
 
     /// Writes the datagram into `buf[..buffer_len]` and seals it; returns the length.
+    /// In the encrypted mode the session key of the ring's current key is
+    /// derived for this one datagram (a sender keeps its [`SessionCipher`]
+    /// and calls [`DatagramRepr::emit_encrypted`]).
     ///
     /// # Panics
     /// If `buf` is shorter than [`DatagramRepr::buffer_len`] or the body is
     /// longer than 65535 bytes (the sender never builds such a body).
     pub fn emit(&self, buf: &mut [u8], integrity: &Integrity) -> usize {
+        if let Integrity::Encrypted(ring) = integrity {
+            let cipher =
+                SessionCipher::derive(ring.current_key(), self.header.session.0, ring.current_id());
+            return self.emit_encrypted(buf, &cipher);
+        }
+        let flags = if integrity.is_keyed() { FLAG_KEYED } else { 0 };
+        let total = self.emit_plain(buf, flags, integrity.tag_len());
+        integrity.seal(&mut buf[..total], total - integrity.tag_len());
+        total
+    }
+
+    /// Writes the datagram with its body encrypted by `cipher` (which must
+    /// be this session's) and its AEAD tag; returns the length.
+    ///
+    /// # Panics
+    /// As [`DatagramRepr::emit`].
+    pub fn emit_encrypted(&self, buf: &mut [u8], cipher: &SessionCipher) -> usize {
+        debug_assert_eq!(
+            cipher.session(),
+            self.header.session.0,
+            "another session's cipher"
+        );
+        let flags = FLAG_KEYED | FLAG_ENCRYPTED | (u16::from(cipher.key_id()) << 8);
+        let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
+        let (header, rest) = buf[..total].split_at_mut(HEADER_LEN);
+        let (body, tag) = rest.split_at_mut(total - HEADER_LEN - MAC_TAG_LEN);
+        tag.copy_from_slice(&cipher.seal(self.header.seq, header, body));
+        total
+    }
+
+    /// Writes header (with `flags`) and plaintext body; returns the length
+    /// including the `tag_len` bytes left for the tag.
+    fn emit_plain(&self, buf: &mut [u8], flags: u16, tag_len: usize) -> usize {
         let body_len = self.body.len();
-        let total = HEADER_LEN + body_len + integrity.tag_len();
+        let total = HEADER_LEN + body_len + tag_len;
         let b = &mut buf[..total];
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.body.kind() as u8;
-        b[field::FLAGS].copy_from_slice(&integrity.flags().to_be_bytes());
+        b[field::FLAGS].copy_from_slice(&flags.to_be_bytes());
         b[field::SESSION].copy_from_slice(&self.header.session.0.to_be_bytes());
         b[field::SEQ].copy_from_slice(&self.header.seq.to_be_bytes());
         b[field::CHANNEL].copy_from_slice(&self.header.channel.0.to_be_bytes());
@@ -1058,12 +1146,12 @@ impl<'a> DatagramRepr<'a> {
             Body::Open(meta) => meta.emit(body),
             Body::Trailer(t) => t.emit(body),
         }
-        integrity.seal(b, HEADER_LEN + body_len);
         total
     }
 }
 
-/// Checks the tag and parses: the one entry point a receiver uses.
+/// Checks the tag and parses a CRC32C or MAC datagram (an encrypted one is
+/// refused as [`WireError::BadCheck`]: it needs [`open_datagram`]).
 pub fn parse_datagram<'a>(
     datagram: &'a [u8],
     integrity: &Integrity,
@@ -1071,4 +1159,38 @@ pub fn parse_datagram<'a>(
     let packet = Packet::new_checked(datagram)?;
     packet.verify(integrity)?;
     DatagramRepr::parse(&packet)
+}
+
+/// The one entry point a receiver uses, in every mode: checks the length,
+/// the flags and the mode, then the CRC32C or MAC and parses in place, or
+/// opens an encrypted datagram into `plain` (header, plaintext body, tag)
+/// with the ciphers of `ciphers` and parses that.
+pub fn open_datagram<'a>(
+    datagram: &'a [u8],
+    integrity: &Integrity,
+    ciphers: &mut CipherCache,
+    plain: &'a mut Vec<u8>,
+) -> Result<DatagramRepr<'a>, WireError> {
+    let packet = Packet::new_checked(datagram)?;
+    if !integrity.is_encrypted() {
+        packet.verify(integrity)?;
+        return DatagramRepr::parse(&packet);
+    }
+    packet.check_mode(integrity)?;
+    let body_end = HEADER_LEN + packet.body_len();
+    plain.clear();
+    plain.extend_from_slice(datagram);
+    let (header, tag) = (&datagram[..HEADER_LEN], &datagram[body_end..]);
+    ciphers
+        .open(
+            packet.session_id().0,
+            packet.key_id(),
+            packet.seq(),
+            header,
+            &datagram[HEADER_LEN..body_end],
+            &mut plain[HEADER_LEN..body_end],
+            tag,
+        )
+        .map_err(|_| WireError::BadCheck)?;
+    DatagramRepr::parse(&Packet::new_unchecked(&plain[..]))
 }

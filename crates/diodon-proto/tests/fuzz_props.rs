@@ -5,11 +5,12 @@
 //! trailer) emits and parses back to itself in both integrity modes, and no
 //! single-bit flip of an emitted datagram is ever accepted.
 
+use diodon_proto::crypto::CipherCache;
 use diodon_proto::fuzzing;
 use diodon_proto::wire::{
-    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
-    DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
-    MAX_NAME_LEN,
+    open_datagram, parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta,
+    ChannelState, DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr,
+    TrailerStatus, MAX_NAME_LEN,
 };
 use diodon_proto::{ChannelId, SessionId};
 use proptest::prelude::*;
@@ -315,6 +316,33 @@ proptest! {
     }
 
     #[test]
+    fn encrypted_datagrams_round_trip_and_refuse_every_flipped_bit(header in header(), spec in spec()) {
+        let repr = repr(header, &spec);
+        let ring = fuzzing::fuzz_ring();
+        let integrity = Integrity::Encrypted(ring.clone());
+        let bytes = emit(&repr, &integrity);
+        let mut ciphers = CipherCache::new(Some(ring));
+        let mut plain = Vec::new();
+        let opened = open_datagram(&bytes, &integrity, &mut ciphers, &mut plain);
+        prop_assert_eq!(opened.as_ref(), Ok(&repr));
+        for bit in flip_positions(bytes.len()) {
+            let mut damaged = bytes.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            let mut plain = Vec::new();
+            prop_assert!(
+                open_datagram(&damaged, &integrity, &mut ciphers, &mut plain).is_err(),
+                "bit {} of {} flipped and opened", bit, bytes.len()
+            );
+        }
+        fuzzing::open(&bytes);
+    }
+
+    #[test]
+    fn open_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..400)) {
+        fuzzing::open(&data);
+    }
+
+    #[test]
     fn wire_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..400)) {
         fuzzing::wire(&data);
     }
@@ -357,8 +385,9 @@ type Target = (&'static str, fn(&[u8]));
 #[test]
 fn fuzz_seeds_pass() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds");
-    let targets: [Target; 4] = [
+    let targets: [Target; 5] = [
         ("wire", fuzzing::wire),
+        ("open", fuzzing::open),
         ("records", fuzzing::records),
         ("receiver", fuzzing::receiver),
         ("fec", fuzzing::fec),

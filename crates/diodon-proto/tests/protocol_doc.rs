@@ -3,11 +3,12 @@
 //! protocol_doc -- --ignored --nocapture print_examples` prints the
 //! examples from the code, for the document.
 
+use diodon_proto::crypto::CipherCache;
 use diodon_proto::wire::{
-    parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
+    open_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta, ChannelState,
     DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr, TrailerStatus,
 };
-use diodon_proto::{ChannelId, SessionId};
+use diodon_proto::{ChannelId, KeyRing, Secret, SessionId};
 
 const KEY: [u8; 32] = *b"diodon-example-key-32-bytes-long";
 
@@ -153,7 +154,34 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
             },
             Integrity::Keyed(KEY),
         ),
+        (
+            "data-encrypted",
+            hello_symbol(),
+            Integrity::Encrypted(KeyRing::single(KEY)),
+        ),
+        (
+            "data-encrypted-key-7",
+            hello_symbol(),
+            Integrity::Encrypted(KeyRing::new((7, Secret::new(KEY)), None).expect("one key")),
+        ),
     ]
+}
+
+/// The data symbol of the examples (sequence 2, channel 1, `hello`).
+fn hello_symbol() -> DatagramRepr<'static> {
+    DatagramRepr {
+        header: header(1, 2),
+        body: Body::Data(SymbolRepr {
+            block: 0,
+            index: 0,
+            k: 1,
+            m: 1,
+            tail_len: 5,
+            group_pos: 0,
+            group_len: 1,
+            payload: b"hello",
+        }),
+    }
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -214,8 +242,10 @@ fn every_example_in_protocol_md_decodes_to_the_documented_values() {
     );
     for ((name, bytes), (code_name, repr, integrity)) in doc.iter().zip(&code) {
         assert_eq!(name, code_name);
-        let parsed =
-            parse_datagram(bytes, integrity).unwrap_or_else(|e| panic!("example {name}: {e}"));
+        let mut ciphers = CipherCache::new(integrity.key_ring().cloned());
+        let mut plain = Vec::new();
+        let parsed = open_datagram(bytes, integrity, &mut ciphers, &mut plain)
+            .unwrap_or_else(|e| panic!("example {name}: {e}"));
         assert_eq!(&parsed, repr, "example {name} decodes to other values");
         let mut buf = vec![0; repr.buffer_len(integrity)];
         repr.emit(&mut buf, integrity);

@@ -10,10 +10,10 @@
 
 use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
-use diodon_apps::link::read_key;
+use diodon_apps::link::read_keys;
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
 use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
-use diodon_proto::{Integrity, IpVersion, Rate, RepairRatio, SenderConfig, SymbolSize};
+use diodon_proto::{Integrity, IpVersion, KeyRing, Rate, RepairRatio, SenderConfig, SymbolSize};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -53,6 +53,10 @@ pub struct FileConfig {
     interleave: Option<u8>,
     /// `key-file` (both sides).
     pub key_file: Option<PathBuf>,
+    /// `encrypt` (both sides).
+    pub encrypt: Option<bool>,
+    /// `next-key-after` (senders): a duration such as `90s`.
+    pub next_key_after: Option<String>,
     beacon: Option<u64>,
     delta_t: Option<u64>,
     device: Option<String>,
@@ -183,6 +187,8 @@ pub struct Link {
     /// Whether `interleave` was given (the tunnel's default differs).
     pub interleave_given: bool,
     pub integrity: Integrity,
+    /// Seal with the key file's next key from this long after the start.
+    pub next_key_after: Option<Duration>,
     pub beacon: Duration,
     pub delta_t: Duration,
     pub device: Option<String>,
@@ -205,11 +211,7 @@ impl Link {
             Some(pct) => bail!("--expected-loss {pct} is not a percentage below 100"),
             None => None,
         };
-        let key_file = a.key_file.clone().or_else(|| f.key_file.clone());
-        let integrity = match key_file {
-            Some(p) => Integrity::Keyed(read_key(&p)?),
-            None => Integrity::Crc32c,
-        };
+        let (integrity, next_key_after) = integrity(a, f)?;
         let beacon = a.beacon.or(f.beacon).unwrap_or(250);
         if beacon == 0 {
             bail!("--beacon must be at least 1 ms");
@@ -227,6 +229,7 @@ impl Link {
             interleave: a.interleave.or(f.interleave).unwrap_or(4),
             interleave_given: a.interleave.or(f.interleave).is_some(),
             integrity,
+            next_key_after,
             beacon: Duration::from_millis(beacon),
             delta_t: Duration::from_millis(a.delta_t.or(f.delta_t).unwrap_or(2000)),
             device: a.device.clone().or_else(|| f.device.clone()),
@@ -280,6 +283,26 @@ impl Link {
             self.integrity.tag_len(),
         )?)
     }
+}
+
+/// The integrity mode (`--key-file`, `--encrypt`) and when the sender
+/// switches to the next key (`--next-key-after`).
+fn integrity(a: &LinkArgs, f: &FileConfig) -> Result<(Integrity, Option<Duration>)> {
+    let encrypt = a.encrypt || f.encrypt.unwrap_or(false);
+    let integrity = match (a.key_file.as_ref().or(f.key_file.as_ref()), encrypt) {
+        (Some(p), true) => Integrity::Encrypted(read_keys(p)?),
+        (Some(p), false) => Integrity::Keyed(*read_keys(p)?.current_key().bytes()),
+        (None, true) => bail!("--encrypt needs --key-file (the pre-shared key)"),
+        (None, false) => Integrity::Crc32c,
+    };
+    let next_key_after = pick(a.next_key_after.as_ref(), f.next_key_after.as_ref())
+        .map(|d| duration(&d))
+        .transpose()
+        .context("next-key-after")?;
+    if next_key_after.is_some() && integrity.key_ring().and_then(KeyRing::next_id).is_none() {
+        bail!("--next-key-after needs --encrypt and a key file with a `next ID HEX` line");
+    }
+    Ok((integrity, next_key_after))
 }
 
 /// Merges an optional flag over the file's value.

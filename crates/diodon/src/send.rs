@@ -125,6 +125,7 @@ pub fn sender_config(link: &Link, to: SocketAddr) -> Result<SenderConfig, Fatal>
         rate: link.rate,
         per_datagram_overhead: diodon_proto::IpVersion::of(to).overhead(),
         integrity: link.integrity.clone(),
+        next_key_after: link.next_key_after,
         delta_t: link.delta_t,
         beacon_interval: link.beacon,
         ..SenderConfig::default()

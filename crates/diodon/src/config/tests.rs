@@ -161,3 +161,45 @@ fn the_sandbox_is_on_unless_a_flag_or_the_file_turns_it_off() {
         assert_eq!(o.user.map(|u| u.name), Some("nobody".into()));
     }
 }
+
+#[test]
+fn encrypt_needs_a_key_and_a_rollover_needs_a_next_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.key");
+    std::fs::write(&one, "ab".repeat(32)).unwrap();
+    let ring = dir.path().join("ring.key");
+    std::fs::write(
+        &ring,
+        format!(
+            "current 4 {}\nnext 5 {}\n",
+            "ab".repeat(32),
+            "cd".repeat(32)
+        ),
+    )
+    .unwrap();
+    let merge = |toml: &str| Link::merge(&LinkArgs::default(), &toml::from_str(toml).unwrap());
+    let e = merge("encrypt = true").unwrap_err().to_string();
+    assert!(e.contains("--encrypt needs --key-file"), "{e}");
+    let with = |key: &Path, rest: &str| format!("key-file = {:?}\n{rest}", key.to_str().unwrap());
+    let link = merge(&with(&one, "encrypt = true")).unwrap();
+    assert!(link.integrity.is_encrypted());
+    assert_eq!(
+        link.symbol_size("10.0.0.1:1".parse().unwrap())
+            .unwrap()
+            .get(),
+        1406
+    );
+    let e = merge(&with(&one, "encrypt = true\nnext-key-after = \"1s\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a key file with a `next ID HEX` line"), "{e}");
+    let link = merge(&with(&ring, "encrypt = true\nnext-key-after = \"90s\"")).unwrap();
+    assert_eq!(link.next_key_after, Some(Duration::from_secs(90)));
+    assert_eq!(
+        link.integrity.key_ring().map(KeyRing::next_id),
+        Some(Some(5))
+    );
+    // Without --encrypt the ring's current key is the MAC key.
+    let link = merge(&with(&ring, "")).unwrap();
+    assert!(matches!(link.integrity, Integrity::Keyed(k) if k == [0xab; 32]));
+}
