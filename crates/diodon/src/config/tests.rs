@@ -2,6 +2,7 @@
 use super::*;
 use crate::args::{Cli, Command, LinkArgs};
 use clap::Parser;
+use std::path::Path;
 
 #[test]
 fn toml_matches_flags() {
