@@ -709,6 +709,15 @@ impl Decoder {
         }
     }
 
+    /// Counts a verdict on `channel` and takes it off the status board.
+    fn count_verdict(&mut self, channel: ChannelId) -> ChannelKey {
+        self.decided += 1;
+        self.last_verdict = Some(self.clock.now());
+        let key = self.key(channel);
+        self.progress.status.closed(key);
+        key
+    }
+
     fn key(&self, channel: ChannelId) -> ChannelKey {
         ChannelKey {
             session: self.session.unwrap_or(SessionId(0)),
@@ -803,10 +812,7 @@ impl Decoder {
                     bytes,
                     digest,
                 } => {
-                    self.decided += 1;
-                    self.last_verdict = Some(self.clock.now());
-                    let key = self.key(channel);
-                    self.progress.status.closed(key);
+                    let key = self.count_verdict(channel);
                     self.forward(SinkEvent::Assembled { key, bytes, digest })?;
                 }
                 Event::ChannelComplete {
@@ -814,19 +820,13 @@ impl Decoder {
                     bytes,
                     digest,
                 } => {
-                    self.decided += 1;
-                    self.last_verdict = Some(self.clock.now());
-                    let key = self.key(channel);
-                    self.progress.status.closed(key);
+                    let key = self.count_verdict(channel);
                     self.forward(SinkEvent::Complete { key, bytes, digest })?;
                 }
                 Event::ChannelFailed { channel, reason } => {
-                    let key = self.key(channel);
-                    self.decided += 1;
+                    let key = self.count_verdict(channel);
                     // A channel whose open never arrived still counts as seen.
                     self.seen_channels = self.seen_channels.max(self.decided);
-                    self.last_verdict = Some(self.clock.now());
-                    self.progress.status.closed(key);
                     self.forward(SinkEvent::Failed { key, reason })?;
                 }
                 Event::ConfigMismatch(m) => {
