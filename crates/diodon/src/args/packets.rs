@@ -1,7 +1,7 @@
 //! The flags of packet traffic: `diodon tap`, `diodon agent` (mirrored
 //! traffic) and `diodon tunnel` (the one-way IP tunnel).
 
-use super::LinkArgs;
+use super::link::LinkArgs;
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! The flags of the transfers: `diodon send`, `diodon sync` and `diodon recv`.
 
-use super::{LinkArgs, SandboxArgs};
+use super::link::{LinkArgs, SandboxArgs};
 use clap::Args;
 use diodon_apps::quarantine::QuarantineBytes;
 use std::net::SocketAddr;
