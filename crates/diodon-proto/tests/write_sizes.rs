@@ -7,6 +7,9 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
+mod common;
+
+use common::payload;
 use diodon_proto::{ChannelMeta, Rate, Sender, SenderConfig, SessionId, Timestamp};
 use std::time::Duration;
 
@@ -20,18 +23,6 @@ fn config() -> SenderConfig {
         rate: Rate::UNLIMITED,
         ..SenderConfig::default()
     }
-}
-
-fn payload(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Every datagram of a session that writes `data` in pieces of the sizes
@@ -70,7 +61,7 @@ fn wire(data: &[u8], mut cuts: impl FnMut() -> usize) -> Vec<Vec<u8>> {
 #[test]
 fn the_wire_is_the_same_however_the_writes_are_cut() {
     let group = config().block_bytes() * usize::from(config().interleave_depth);
-    let data = payload(5 * group + 123);
+    let data = payload(7, 5 * group + 123);
     let whole = wire(&data, || usize::MAX);
     assert!(whole.len() > 5 * 2 * 8, "{} datagrams", whole.len());
     let patterns: Vec<Cuts> = vec![
