@@ -20,6 +20,7 @@
 #
 # Usage: scripts/bench-sync.sh [--total BYTES] [--profiles "10KB 60KB 100MB 500MB mix"]
 #                              [--scan-files N] [--repair PCT] [--mtu N] [--dir DIR] [--no-record]
+#                              [--sync-args "ARGS"]   (more arguments for diodon sync, e.g. "--bundle 0")
 # The receiver runs with --no-fsync (one fsync per file would make the small-file
 # profiles measure the disk's sync latency, not the transfer).
 # Defaults: 2 GB per profile (the note uses 100 GB), repair 5 %, MTU 1500,
@@ -38,6 +39,7 @@ MTU=1500
 WORK=/var/tmp/diodon-bench-sync
 RECORD=yes
 RATE=600mbit
+SYNC_ARGS=""
 CMDLINE="scripts/bench-sync.sh${*:+ $*}"
 export DIODON_TB=${DIODON_TB:-bsync}
 TB="$ROOT/scripts/testbed.sh"
@@ -51,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     --mtu) MTU=${2:?}; shift 2 ;;
     --dir) WORK=${2:?}; shift 2 ;;
     --no-record) RECORD=no; shift ;;
+    --sync-args) SYNC_ARGS=${2?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-sync: unknown option $1" >&2; exit 2 ;;
     esac
@@ -129,7 +132,7 @@ for P in $PROFILES; do
     for _ in $(seq 50); do ip netns exec "$DIODON_TB-rx" grep -q ':1E14 ' /proc/net/udp && break; sleep 0.1; done
     T0=$(date +%s%3N)
     ip netns exec "$DIODON_TB-tx" "$BIN" sync "$SRC" --to 10.77.0.2:7700 --state "$STATE" --once --passes 1 \
-        --settle 0 --rate "$RATE" --repair "$REPAIR" --mtu "$MTU" --json >"$WORK/sync.json" 2>"$WORK/sync.log" &
+        --settle 0 --rate "$RATE" --repair "$REPAIR" --mtu "$MTU" $SYNC_ARGS --json >"$WORK/sync.json" 2>"$WORK/sync.log" &
     TX=$!
     watch_rss "$TX" "$WORK/tx.rss" &
     wait "$TX" || echo "bench-sync: $P: sync exited $?" >&2
@@ -197,7 +200,7 @@ TABLE=$(
 )
 echo "$TABLE"
 if [[ $RECORD == yes ]]; then
-    DATE=$(date -u +%Y-%m-%d)
+    DATE=$(date -u +%Y-%m-%dT%H%MZ)
     mkdir -p "$ROOT/results/sync-bench"
     {
         echo "# bench-sync $DATE"

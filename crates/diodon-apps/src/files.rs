@@ -28,6 +28,8 @@
 //! that fails for lack of room frees its space (its bytes are never kept),
 //! so the next file that fits is delivered.
 
+mod bundle;
+
 use crate::held::{Held, HeldEvicted, HeldFile, HeldLimits};
 use crate::mirror::{keep_digest, AuditRecord, Mirror, MirrorOptions, MirrorStats};
 use crate::names::{escape, fits_under, sanitize, SafePath};
@@ -655,6 +657,12 @@ impl FileSink {
                 return Err(SinkFailure::ManifestTooLarge(size));
             }
         }
+        if st.meta.kind == ChannelKind::Bundle {
+            let size = st.meta.size.unwrap_or(u64::MAX);
+            if size > diodon_proto::bundle::MAX_BUNDLE_BYTES {
+                return Err(SinkFailure::BundleTooLarge(size));
+            }
+        }
         if let Some(size) = st.meta.size {
             self.check_room(size)?;
         }
@@ -822,6 +830,8 @@ impl FileSink {
             }),
             // A manifest's name is a label: nothing is placed under it.
             (None, _) if st.meta.kind == ChannelKind::Manifest => self.apply_manifest(key, &mut st),
+            // So is a bundle's: its files are placed under their own names.
+            (None, _) if st.meta.kind == ChannelKind::Bundle => self.apply_bundle(key, &mut st),
             (None, None) => Err(SinkFailure::UnsafeName),
             (None, Some(rel)) => self
                 .commit(&mut st, rel, &digest)
@@ -839,7 +849,8 @@ impl FileSink {
                 rec.blake3.clone_from(&blake3);
                 rec.verified_ms = diodon_io::unix_time_ms();
                 rec.reason.clone_from(&location);
-                if st.meta.kind != ChannelKind::Manifest {
+                // A bundle's files have their own records.
+                if !matches!(st.meta.kind, ChannelKind::Manifest | ChannelKind::Bundle) {
                     self.mirror.verified(rec);
                 }
                 ChannelOutcome {
@@ -851,6 +862,15 @@ impl FileSink {
                     verdict: Verdict::Verified { blake3 },
                 }
             }
+            // Its files were decided one by one (audit log, quarantine).
+            Err(SinkFailure::BundleFiles(why)) => ChannelOutcome {
+                session: key.session.to_string(),
+                channel: key.channel.0,
+                name: st.name,
+                bytes,
+                location: "(each file in the audit log)".into(),
+                verdict: Verdict::Failed { reason: why },
+            },
             Err(why) => {
                 if why.is_no_space() && !st.no_space {
                     out_of_room(&self.stats, key, &mut st, &why);
@@ -984,7 +1004,7 @@ impl Sink for FileSink {
 
     fn admit(meta: &ChannelMeta) -> Result<(), Refusal> {
         crate::stream::refuse_datagrams(meta)?;
-        if meta.kind == ChannelKind::Manifest {
+        if matches!(meta.kind, ChannelKind::Manifest | ChannelKind::Bundle) {
             return Ok(());
         }
         sanitize(&meta.name)

@@ -36,9 +36,9 @@ pub enum Refusal {
     /// A datagram channel reached a sink for byte streams.
     #[error("a datagram channel (UDP flow) needs a --udp-forward receiver")]
     DatagramsNeedUdpForward,
-    /// A sync manifest reached a sink that holds no mirrored tree.
-    #[error("a sync manifest needs a receiver with --out DIR")]
-    ManifestNeedsOut,
+    /// A sync manifest or bundle reached a sink that holds no mirrored tree.
+    #[error("a sync {0} needs a receiver with --out DIR")]
+    SyncNeedsOut(&'static str),
     /// A byte stream reached the UDP forwarder.
     #[error("--udp-forward takes only datagram channels, not {0:?}")]
     NotDatagrams(ChannelKind),
@@ -160,6 +160,16 @@ pub enum SinkFailure {
     /// A verified manifest that is not JSON Lines of known records.
     #[error("{0}")]
     Manifest(String),
+    /// A sync bundle larger than the receiver holds, or of unknown size.
+    #[error("a bundle of {0} bytes is larger than the {max} bytes a receiver holds", max = diodon_proto::bundle::MAX_BUNDLE_BYTES)]
+    BundleTooLarge(u64),
+    /// A verified bundle that is not a sequence of entries.
+    #[error("{0}")]
+    Bundle(String),
+    /// A bundle some of whose files did not land (each has its own audit
+    /// record and quarantine entry).
+    #[error("{0}")]
+    BundleFiles(String),
     /// The destination has no parent directory.
     #[error("no parent directory")]
     NoParent,

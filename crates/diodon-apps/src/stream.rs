@@ -109,13 +109,14 @@ pub(crate) fn refuse_datagrams(meta: &ChannelMeta) -> Result<(), Refusal> {
     }
 }
 
-/// Byte sinks (stdout, TCP) take streams and files, not sync manifests.
+/// Byte sinks (stdout, TCP) take streams and files, not sync manifests
+/// or bundles.
 fn refuse_manifests(meta: &ChannelMeta) -> Result<(), Refusal> {
     refuse_datagrams(meta)?;
-    if meta.kind == diodon_proto::ChannelKind::Manifest {
-        Err(Refusal::ManifestNeedsOut)
-    } else {
-        Ok(())
+    match meta.kind {
+        diodon_proto::ChannelKind::Manifest => Err(Refusal::SyncNeedsOut("manifest")),
+        diodon_proto::ChannelKind::Bundle => Err(Refusal::SyncNeedsOut("bundle")),
+        _ => Ok(()),
     }
 }
 

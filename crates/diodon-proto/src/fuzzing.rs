@@ -13,6 +13,7 @@
 //!                              symbols / controls | replays | time ─► Receiver
 //!                              ─► stats identity, verdict and delivery invariants
 //!              ──► fec()       k, m, L, erasures ─► encode ─► erase ≤ m ─► decode == source
+//!              ──► bundle()    bundle::parse ─► entries ─► push_entry (same bytes)
 //! ```
 //!
 //! Not a stable API: hidden from the docs, for the fuzz targets and tests
@@ -994,5 +995,43 @@ impl<'a> Input<'a> {
 
     fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.data)
+    }
+}
+
+/// A sync bundle's parser: whatever it accepts re-encodes to the same
+/// bytes, every accepted entry's content matches its digest, and nothing
+/// panics. A valid bundle built from the input is accepted too.
+pub fn bundle(data: &[u8]) {
+    use crate::bundle::{parse, push_entry, BundleEntry};
+    if let Ok(entries) = parse(data) {
+        let mut again = Vec::new();
+        for e in &entries {
+            assert_eq!(blake3::hash(e.content).as_bytes(), &e.digest);
+            push_entry(&mut again, e);
+        }
+        assert_eq!(again, data, "a parsed bundle re-encodes to its bytes");
+    }
+    let mut built = Vec::new();
+    let mut want = 0;
+    for (i, chunk) in data.chunks(37).enumerate() {
+        let name = format!("f{i}");
+        push_entry(
+            &mut built,
+            &BundleEntry {
+                name: &name,
+                pass: 1 + u16::from(chunk.first().copied().unwrap_or(0)),
+                mode: 0o644,
+                mtime_sec: i64::from(chunk.len() as u8) - 100,
+                mtime_nsec: 0,
+                first_seen_unix_ms: 7,
+                digest: *blake3::hash(chunk).as_bytes(),
+                content: chunk,
+            },
+        );
+        want += 1;
+    }
+    if want > 0 {
+        let got = parse(&built).expect("a bundle push_entry wrote parses");
+        assert_eq!(got.len(), want);
     }
 }

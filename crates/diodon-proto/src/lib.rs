@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blocks;
+pub mod bundle;
 pub mod crypto;
 pub mod fec;
 pub mod fec_plan;

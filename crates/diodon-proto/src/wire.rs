@@ -674,6 +674,10 @@ pub enum ChannelKind {
     /// tree (PROTOCOL.md § 5.5). Receivers that predate it count its open
     /// as malformed and fail the channel (`OpenLost`).
     Manifest = 4,
+    /// A sync bundle: several small files of a mirrored tree, each with its
+    /// own header and digest (PROTOCOL.md § 5.6, [`crate::bundle`]).
+    /// Receivers that predate it fail the channel (`OpenLost`).
+    Bundle = 5,
 }
 
 /// What a directory-tree sync sender adds to a file's channel-open: when it
@@ -850,6 +854,7 @@ impl ChannelMeta {
             2 => ChannelKind::Stream,
             3 => ChannelKind::Datagrams,
             4 => ChannelKind::Manifest,
+            5 => ChannelKind::Bundle,
             _ => return Err(bad("unknown channel kind")),
         };
         let flags = body[1];

@@ -180,7 +180,7 @@ fn open() -> impl Strategy<Value = Spec> {
         ),
     );
     (
-        0usize..4,
+        0usize..5,
         any::<Option<u64>>(),
         any::<u32>(),
         any::<i64>(),
@@ -195,6 +195,7 @@ fn open() -> impl Strategy<Value = Spec> {
                     ChannelKind::Stream,
                     ChannelKind::Datagrams,
                     ChannelKind::Manifest,
+                    ChannelKind::Bundle,
                 ][kind],
                 size,
                 mode,
@@ -340,6 +341,11 @@ proptest! {
     #[test]
     fn open_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..400)) {
         fuzzing::open(&data);
+    }
+
+    #[test]
+    fn bundle_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..600)) {
+        fuzzing::bundle(&data);
     }
 
     #[test]

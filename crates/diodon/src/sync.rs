@@ -79,6 +79,12 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     let ms = |flag: Option<u64>, key: Option<u64>, default: u64| {
         Duration::from_millis(flag.or(key).unwrap_or(default))
     };
+    let bundle_bytes = args.bundle.or(file.bundle).unwrap_or(1 << 20);
+    if bundle_bytes > 8 << 20 {
+        return Err(Fatal::config(anyhow!(
+            "bundle = {bundle_bytes}: a bundle is at most 8388608 bytes (receivers hold 16 MiB)"
+        )));
+    }
     let opts = SyncOptions {
         send: SendOptions {
             config,
@@ -97,6 +103,11 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         watch: !args.no_watch,
         in_flight: args.in_flight.or(file.in_flight).unwrap_or(64) as usize,
         readers: args.readers.or(file.readers).unwrap_or(4) as usize,
+        bundle_bytes,
+        bundle_file_max: args
+            .bundle_file_max
+            .or(file.bundle_file_max)
+            .unwrap_or(64 << 10),
         after_send,
         once: args.once || file.once.unwrap_or(false),
     };
@@ -125,9 +136,11 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
 fn print_summary(summary: &diodon_apps::sync::SyncSummary) {
     let s = &summary.sync;
     eprintln!(
-        "sync: {} scans, {} files sent first, {} repeated ({:.1} MB + {:.1} MB), {} deletions and {} renames announced, {} vanished, {} unreadable, {} outbox; {} files known, {} pending",
+        "sync: {} scans, {} files sent first ({} of them in {} bundles), {} repeated ({:.1} MB + {:.1} MB), {} deletions and {} renames announced, {} vanished, {} unreadable, {} outbox; {} files known, {} pending",
         s.scans,
         s.files_new,
+        s.bundled_files,
+        s.bundles,
         s.files_repeat,
         s.bytes_new as f64 / 1e6,
         s.bytes_repeat as f64 / 1e6,

@@ -353,6 +353,15 @@ fn old_mtime(path: &Path) {
     assert!(ok);
 }
 
+/// The first pass of small files went in bundles (PROTOCOL.md § 5.6):
+/// between `min` and `max` files of it.
+fn assert_bundled(summary: &Value, min: u64, max: u64) {
+    let s = &summary["sync"];
+    assert!(s["bundles"].as_u64().unwrap() >= 1, "{s}");
+    let files = s["bundled_files"].as_u64().unwrap();
+    assert!((min..=max).contains(&files), "{files} bundled: {s}");
+}
+
 #[test]
 fn incremental_sync_sends_only_changes_and_mirrors_deletions_and_renames() {
     let link = Link::loopback();
@@ -376,6 +385,7 @@ fn incremental_sync_sends_only_changes_and_mirrors_deletions_and_renames() {
     let s1 = json(&first);
     assert_eq!(s1["sync"]["files_new"], 60, "{}", s1["sync"]);
     assert_eq!(s1["sync"]["files_repeat"], 60, "the default is two passes");
+    assert_bundled(&s1, 30, 60);
 
     // Modify 10 (another size, then an old mtime: content alone must not
     // hide), add 10, delete 10, rename 5.

@@ -16,6 +16,14 @@ pub enum Inbox {
         /// The file's channel name.
         key: String,
     },
+    /// A reader announced a bundle of small files under this token; each
+    /// member with the digest of the bytes it put in the bundle.
+    Bundled {
+        /// The core's token.
+        token: u64,
+        /// The members' channel names and digests.
+        members: Vec<(String, [u8; 32])>,
+    },
     /// A reader is done with a file.
     Done {
         /// The file's channel name.
@@ -40,7 +48,7 @@ pub enum ReadResult {
     /// The file is gone.
     Vanished,
     /// Another version is on disk now (its row, as seen).
-    Changed(FileRow),
+    Changed(Box<FileRow>),
     /// Touched within the settle time: not yet.
     Unstable(i64),
     /// It cannot be read (logged).

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //!  scanner thread ── scan::scan every --rescan ──► State (`SQLite`, WAL) ◄── scheduler (this thread)
-//!   (one directory at a time, batched writes)           ▲                  │ Job        │ manifests
+//!   (one directory at a time, batched writes)           ▲                  │ Work       │ manifests
 //!                                                       │ passes, digests  ▼            ▼
 //!                                         inbox ◄── reader threads ──► SourceHandle ──► core thread
 //!                                         (Started, Done, SentNotice ◄── SentHook ◄──── run_sender
@@ -42,7 +42,7 @@ use crate::send::{run_sender, SendProgress, SentHook};
 use crate::PipelineError;
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::UdpSnmp;
-use reader::{Job, ReaderConfig};
+use reader::{ReaderConfig, Work};
 use scan::ScanOptions;
 use state::{State, StateError};
 use std::path::{Path, PathBuf};
@@ -108,7 +108,7 @@ pub fn run_sync(
         .map_err(|_| SyncError::Thread("sender"))?;
 
     // Readers.
-    let (job_tx, job_rx) = mpsc::sync_channel::<Job>(opts.readers.max(1));
+    let (job_tx, job_rx) = mpsc::sync_channel::<Work>(opts.readers.max(1));
     let job_rx = Arc::new(Mutex::new(job_rx));
     let cfg = ReaderConfig {
         follow_symlinks: opts.scan.follow_symlinks,

@@ -51,6 +51,11 @@ pub struct SyncOptions {
     pub in_flight: usize,
     /// Reader threads.
     pub readers: usize,
+    /// Small files go out packed in bundle channels of up to this many
+    /// bytes (PROTOCOL.md § 5.6); 0 sends every file in its own channel.
+    pub bundle_bytes: u64,
+    /// Files up to this size (bytes) are bundled.
+    pub bundle_file_max: u64,
     /// Outbox mode.
     pub after_send: Option<AfterSend>,
     /// Exit once everything went out `passes` times (after a full scan).

@@ -13,14 +13,20 @@
 //!                   read 256 KiB chunks ─► SourceHandle::data
 //!                   fstat again: changed while read? ─► abort : finish ─► Done ─► scheduler
 //! ```
+//!
+//! A [`Work::Bundle`] of small files is read whole, file by file, into one
+//! bundle channel (PROTOCOL.md § 5.6): a member that changed, vanished or
+//! has not settled is reported on its own and left out; the others go out
+//! together (`Bundled`, then `Done` for each).
 
 use super::inbox::{Inbox, ReadResult};
 use super::state::FileRow;
 use crate::files::read_chunk;
 use crate::send::{SourceHandle, CHUNK};
+use diodon_proto::bundle::{push_entry, BundleEntry, BUNDLE_NAME};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
@@ -36,6 +42,16 @@ pub struct Job {
     pub path: PathBuf,
 }
 
+/// What a reader is given: one file in its own channel, or several small
+/// ones in a bundle.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// One file, one channel.
+    One(Job),
+    /// Small files, one bundle channel.
+    Bundle(Vec<Job>),
+}
+
 /// The settings every reader shares.
 #[derive(Debug, Clone, Copy)]
 pub struct ReaderConfig {
@@ -47,23 +63,31 @@ pub struct ReaderConfig {
 
 /// A reader thread's loop: until the job queue closes.
 pub fn run(
-    jobs: &Arc<Mutex<Receiver<Job>>>,
+    jobs: &Arc<Mutex<Receiver<Work>>>,
     handle: &SourceHandle,
     inbox: &Sender<Inbox>,
     cfg: ReaderConfig,
 ) {
     loop {
-        let job = {
+        let work = {
             let Ok(rx) = jobs.lock() else { return };
             match rx.recv() {
-                Ok(j) => j,
+                Ok(w) => w,
                 Err(_) => return,
             }
         };
-        let key = job.row.path();
-        let result = send_one(&job, handle, inbox, cfg);
-        if inbox.send(Inbox::Done { key, result }).is_err() {
-            return;
+        let done = match work {
+            Work::One(job) => {
+                let key = job.row.path();
+                let result = send_one(&job, handle, inbox, cfg);
+                vec![(key, result)]
+            }
+            Work::Bundle(jobs) => send_bundle(&jobs, handle, inbox, cfg),
+        };
+        for (key, result) in done {
+            if inbox.send(Inbox::Done { key, result }).is_err() {
+                return;
+            }
         }
     }
 }
@@ -77,18 +101,15 @@ fn same_version(a: &FileRow, b: &FileRow) -> bool {
     a.size == b.size && a.mtime_ns == b.mtime_ns && a.ino == b.ino
 }
 
-fn send_one(
-    job: &Job,
-    handle: &SourceHandle,
-    inbox: &Sender<Inbox>,
-    cfg: ReaderConfig,
-) -> ReadResult {
+/// Opens the job's file and checks that it is still the version the
+/// database knows and that it has settled.
+fn open_checked(job: &Job, cfg: ReaderConfig) -> Result<File, ReadResult> {
     let flags = if cfg.follow_symlinks {
         0
     } else {
         libc::O_NOFOLLOW
     };
-    let mut file: File = match OpenOptions::new()
+    let file: File = match OpenOptions::new()
         .read(true)
         .custom_flags(flags)
         .open(&job.path)
@@ -96,23 +117,128 @@ fn send_one(
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             tracing::warn!(path = %job.path.display(), "vanished between scan and send; its deletion will be announced");
-            return ReadResult::Vanished;
+            return Err(ReadResult::Vanished);
         }
-        Err(e) => return ReadResult::Unreadable(format!("open: {e}")),
+        Err(e) => return Err(ReadResult::Unreadable(format!("open: {e}"))),
     };
     let meta = match file.metadata() {
         Ok(m) if m.is_file() => m,
-        Ok(_) => return ReadResult::Unreadable("not a regular file".into()),
-        Err(e) => return ReadResult::Unreadable(format!("stat: {e}")),
+        Ok(_) => return Err(ReadResult::Unreadable("not a regular file".into())),
+        Err(e) => return Err(ReadResult::Unreadable(format!("stat: {e}"))),
     };
     let now = stat_row(job, &meta);
     if !same_version(&now, &job.row) {
-        return ReadResult::Changed(now);
+        return Err(ReadResult::Changed(Box::new(now)));
     }
     let settled_at = diodon_io::unix_time_ms().cast_signed() - cfg.settle.as_millis() as i64;
     if now.touched_ms > settled_at {
-        return ReadResult::Unstable(now.touched_ms);
+        return Err(ReadResult::Unstable(now.touched_ms));
     }
+    Ok(file)
+}
+
+/// Reads a small file whole, checking afterwards that it did not change.
+fn read_member(job: &Job, cfg: ReaderConfig) -> Result<Vec<u8>, ReadResult> {
+    let file = open_checked(job, cfg)?;
+    let mut content = Vec::with_capacity(usize::try_from(job.row.size).unwrap_or(0));
+    // One byte more than announced shows a file that grew.
+    if let Err(e) = (&file).take(job.row.size + 1).read_to_end(&mut content) {
+        return Err(ReadResult::Unreadable(format!("read: {e}")));
+    }
+    match file.metadata().map(|m| stat_row(job, &m)) {
+        Ok(a) if same_version(&a, &job.row) && content.len() as u64 == job.row.size => Ok(content),
+        Ok(a) => Err(ReadResult::Changed(Box::new(a))),
+        Err(e) => Err(ReadResult::Unreadable(format!("stat: {e}"))),
+    }
+}
+
+/// Sends the readable members of a bundle in one bundle channel; returns
+/// what became of each member.
+fn send_bundle(
+    jobs: &[Job],
+    handle: &SourceHandle,
+    inbox: &Sender<Inbox>,
+    cfg: ReaderConfig,
+) -> Vec<(String, ReadResult)> {
+    let mut done = Vec::with_capacity(jobs.len());
+    let mut members = Vec::with_capacity(jobs.len());
+    let mut bytes = Vec::new();
+    for job in jobs {
+        let key = job.row.path();
+        match read_member(job, cfg) {
+            Ok(content) => {
+                let digest = *blake3::hash(&content).as_bytes();
+                let row = &job.row;
+                push_entry(
+                    &mut bytes,
+                    &BundleEntry {
+                        name: &key,
+                        pass: u16::try_from(row.passes + 1).unwrap_or(u16::MAX),
+                        mode: row.mode,
+                        mtime_sec: row.mtime_ns.div_euclid(1_000_000_000),
+                        mtime_nsec: row.mtime_ns.rem_euclid(1_000_000_000) as u32,
+                        first_seen_unix_ms: row.first_seen_ms.cast_unsigned(),
+                        digest,
+                        content: &content,
+                    },
+                );
+                members.push((key, digest));
+            }
+            Err(result) => {
+                if let ReadResult::Changed(_) = result {
+                    tracing::warn!(path = %job.path.display(), "changed while it was read; it goes again once it settles");
+                }
+                done.push((key, result));
+            }
+        }
+    }
+    if members.is_empty() {
+        return done;
+    }
+    let meta = ChannelMeta {
+        kind: ChannelKind::Bundle,
+        size: Some(bytes.len() as u64),
+        mode: 0o600,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        name: BUNDLE_NAME.into(),
+        // Every entry carries its own pass, first-seen time and digest.
+        aligned: false,
+        sync: None,
+    };
+    let closed = |members: Vec<(String, [u8; 32])>, mut done: Vec<_>| {
+        done.extend(members.into_iter().map(|(k, _)| (k, ReadResult::Closed)));
+        done
+    };
+    let Ok(token) = handle.open(meta) else {
+        return closed(members, done);
+    };
+    let keys: Vec<String> = members.iter().map(|(k, _)| k.clone()).collect();
+    if inbox.send(Inbox::Bundled { token, members }).is_err() {
+        return done;
+    }
+    for chunk in bytes.chunks(CHUNK) {
+        if handle.data(token, chunk.to_vec()).is_err() {
+            return done;
+        }
+    }
+    if handle.finish(token).is_err() {
+        return done;
+    }
+    done.extend(keys.into_iter().map(|k| (k, ReadResult::Finished)));
+    done
+}
+
+fn send_one(
+    job: &Job,
+    handle: &SourceHandle,
+    inbox: &Sender<Inbox>,
+    cfg: ReaderConfig,
+) -> ReadResult {
+    let mut file = match open_checked(job, cfg) {
+        Ok(f) => f,
+        Err(result) => return result,
+    };
     let row = &job.row;
     let cm = ChannelMeta {
         kind: ChannelKind::File,
@@ -174,7 +300,7 @@ fn send_one(
         Ok(a) => {
             tracing::warn!(path = %job.path.display(), "changed while it was sent; aborted, it goes again once it settles");
             let _ = handle.abort(token, "changed while sent");
-            ReadResult::Changed(a)
+            ReadResult::Changed(Box::new(a))
         }
         Err(e) => {
             let _ = handle.abort(token, "stat after read failed");

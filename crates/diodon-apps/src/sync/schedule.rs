@@ -10,18 +10,20 @@
 //!        ─► State::sent (passes + 1, digest) ─► outbox (delete | move) after the last pass
 //! ```
 //!
-//! At most `in_flight` files are being sent at once (plus one manifest);
-//! every candidate is checked against its row again before it is
-//! dispatched, so a page read before a pass was counted never sends the
-//! same pass twice.
+//! At most `in_flight` jobs are being sent at once (plus one manifest); a
+//! job is one file, or (first passes only) a bundle of consecutive small
+//! new candidates packed into one channel (`--bundle`, PROTOCOL.md § 5.6). Every
+//! candidate is checked against its row again before it is dispatched, so
+//! a page read before a pass was counted never sends the same pass twice.
 
 use super::inbox::{Inbox, ReadResult};
 use super::manifest::{Op, Record, MANIFEST_NAME, MAX_RECORDS};
 use super::options::{AfterSend, SyncOptions};
-use super::reader::Job;
+use super::reader::{Job, Work};
 use super::state::{split, FileRow, State, StateError};
 use super::stats::SyncStats;
 use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
+use diodon_proto::bundle::ENTRY_HEADER_LEN;
 use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -37,12 +39,19 @@ const PAGE: usize = 256;
 /// files still pass beside it.
 pub const LARGE: u64 = 16 << 20;
 
+/// Files in one bundle at most.
+const BUNDLE_FILES: usize = 1024;
+
 struct InFlight {
     row: FileRow,
     token: Option<u64>,
     repeat: bool,
     /// Its reader is still reading it (the core may hold its tail after).
     reading: bool,
+    /// The job it belongs to (one file, or a bundle's members).
+    job: u64,
+    /// A bundle member: the digest of the bytes put in the bundle.
+    bundled: Option<[u8; 32]>,
 }
 
 /// The scheduler's state (runs on the sync's own thread).
@@ -51,9 +60,12 @@ pub struct Scheduler<'a> {
     pub(super) opts: &'a SyncOptions,
     pub(super) stats: &'a SyncStats,
     pub(super) handle: Option<SourceHandle>,
-    pub(super) jobs: Option<SyncSender<Job>>,
+    pub(super) jobs: Option<SyncSender<Work>>,
     inflight: HashMap<String, InFlight>,
-    by_token: HashMap<u64, String>,
+    /// Members still in flight, per job (its length is the jobs in flight).
+    job_members: HashMap<u64, usize>,
+    next_job: u64,
+    by_token: HashMap<u64, Vec<String>>,
     orphans: HashMap<u64, SentNotice>,
     manifest: Option<(u64, Vec<(String, i64)>)>,
     new_page: VecDeque<FileRow>,
@@ -74,7 +86,7 @@ impl<'a> Scheduler<'a> {
         opts: &'a SyncOptions,
         stats: &'a SyncStats,
         handle: SourceHandle,
-        jobs: SyncSender<Job>,
+        jobs: SyncSender<Work>,
     ) -> Self {
         Scheduler {
             state,
@@ -83,6 +95,8 @@ impl<'a> Scheduler<'a> {
             handle: Some(handle),
             jobs: Some(jobs),
             inflight: HashMap::new(),
+            job_members: HashMap::new(),
+            next_job: 0,
             by_token: HashMap::new(),
             orphans: HashMap::new(),
             manifest: None,
@@ -183,9 +197,67 @@ impl<'a> Scheduler<'a> {
         (self.bytes_repeat as f64) * (1.0 - share) < (self.bytes_new as f64) * share
     }
 
+    /// Whether `size` bytes are bundled.
+    fn bundles(&self, size: u64) -> bool {
+        self.opts.bundle_bytes > 0 && size <= self.opts.bundle_file_max
+    }
+
+    /// The candidate as it is now, if it still needs this pass and is not
+    /// in flight.
+    fn checked(&self, cand: &FileRow) -> Result<Option<Job>, StateError> {
+        let key = cand.path();
+        if self.inflight.contains_key(&key) {
+            return Ok(None);
+        }
+        // The row as it is now: a page may be older than a pass.
+        let Some(row) = self.state.current(&cand.parent, &cand.name)? else {
+            return Ok(None);
+        };
+        if row.passes != cand.passes || row.passes >= self.opts.passes {
+            return Ok(None);
+        }
+        Ok(self.opts.disk_path(&key).map(|path| Job { row, path }))
+    }
+
+    /// More small candidates from the front of the page, for a bundle
+    /// that starts with `first`.
+    fn gather(&mut self, first: Job, repeat: bool) -> Result<Vec<Job>, StateError> {
+        let mut bytes = first.row.size + (ENTRY_HEADER_LEN + first.row.path().len()) as u64;
+        let mut members = vec![first];
+        loop {
+            let page = if repeat {
+                &self.repeat_page
+            } else {
+                &self.new_page
+            };
+            let Some(next) = page.front() else { break };
+            let cost = next.size + (ENTRY_HEADER_LEN + next.path().len()) as u64;
+            if !self.bundles(next.size)
+                || bytes + cost > self.opts.bundle_bytes
+                || members.len() >= BUNDLE_FILES
+            {
+                break;
+            }
+            let next = next.clone();
+            if repeat {
+                self.repeat_page.pop_front();
+            } else {
+                self.new_page.pop_front();
+            }
+            if members.iter().any(|m| m.row.path() == next.path()) {
+                continue;
+            }
+            if let Some(job) = self.checked(&next)? {
+                bytes += cost;
+                members.push(job);
+            }
+        }
+        Ok(members)
+    }
+
     fn dispatch(&mut self) -> Result<(), StateError> {
         let mut deferred = 0;
-        while self.inflight.len() < self.opts.in_flight {
+        while self.job_members.len() < self.opts.in_flight {
             self.refill()?;
             let repeat = self.repeat_turn();
             // A large file whose bytes are all read no longer counts: the
@@ -209,45 +281,55 @@ impl<'a> Scheduler<'a> {
                 }
                 continue;
             }
-            let key = cand.path();
-            if self.inflight.contains_key(&key) {
-                continue;
-            }
-            // The row as it is now: a page may be older than a pass.
-            let Some(row) = self.state.current(&cand.parent, &cand.name)? else {
+            let Some(job) = self.checked(&cand)? else {
                 continue;
             };
-            if row.passes != cand.passes || row.passes >= self.opts.passes {
-                continue;
-            }
-            let Some(path) = self.opts.disk_path(&key) else {
-                continue;
+            // Only a first pass is bundled: a repeat is a file's repair, and
+            // in a channel of its own it gets the short-block repair the
+            // loss model sizes for it (PROTOCOL.md § 6), where a bundle's
+            // full blocks get only the configured ratio and one lost block
+            // would cost every file of the bundle again.
+            let members = if !repeat && self.bundles(job.row.size) {
+                self.gather(job, repeat)?
+            } else {
+                vec![job]
             };
             let Some(jobs) = &self.jobs else { break };
-            let job = Job {
-                row: row.clone(),
-                path,
+            let work = if members.len() == 1 {
+                Work::One(members[0].clone())
+            } else {
+                Work::Bundle(members.clone())
             };
-            match jobs.try_send(job) {
+            match jobs.try_send(work) {
                 Ok(()) => {
-                    self.inflight.insert(
-                        key,
-                        InFlight {
-                            row,
-                            token: None,
-                            repeat: cand.passes > 0,
-                            reading: true,
-                        },
-                    );
+                    let id = self.next_job;
+                    self.next_job += 1;
+                    self.job_members.insert(id, members.len());
+                    for m in members {
+                        let repeat = m.row.passes > 0;
+                        self.inflight.insert(
+                            m.row.path(),
+                            InFlight {
+                                row: m.row,
+                                token: None,
+                                repeat,
+                                reading: true,
+                                job: id,
+                                bundled: None,
+                            },
+                        );
+                    }
                 }
                 Err(TrySendError::Full(_)) => {
-                    // Readers are busy: put it back and wait.
+                    // Readers are busy: put them back and wait.
                     let page = if repeat {
                         &mut self.repeat_page
                     } else {
                         &mut self.new_page
                     };
-                    page.push_front(cand);
+                    for m in members.into_iter().rev() {
+                        page.push_front(m.row);
+                    }
                     break;
                 }
                 Err(TrySendError::Disconnected(_)) => break,
@@ -256,13 +338,39 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
+    /// Takes a file out of flight (and its job, with its last member).
+    fn land(&mut self, key: &str) -> Option<InFlight> {
+        let f = self.inflight.remove(key)?;
+        if let Some(n) = self.job_members.get_mut(&f.job) {
+            *n -= 1;
+            if *n == 0 {
+                self.job_members.remove(&f.job);
+            }
+        }
+        Some(f)
+    }
+
     fn handle(&mut self, msg: Inbox) -> Result<(), StateError> {
         match msg {
             Inbox::Started { token, key } => {
                 if let Some(f) = self.inflight.get_mut(&key) {
                     f.token = Some(token);
-                    self.by_token.insert(token, key);
+                    self.by_token.insert(token, vec![key]);
                 }
+                if let Some(n) = self.orphans.remove(&token) {
+                    self.sent(n)?;
+                }
+            }
+            Inbox::Bundled { token, members } => {
+                let mut keys = Vec::with_capacity(members.len());
+                for (key, digest) in members {
+                    if let Some(f) = self.inflight.get_mut(&key) {
+                        f.token = Some(token);
+                        f.bundled = Some(digest);
+                        keys.push(key);
+                    }
+                }
+                self.by_token.insert(token, keys);
                 if let Some(n) = self.orphans.remove(&token) {
                     self.sent(n)?;
                 }
@@ -308,9 +416,14 @@ impl<'a> Scheduler<'a> {
                 self.state.set_error(parent, name, &why)?;
             }
         }
-        if let Some(f) = self.inflight.remove(key) {
+        if let Some(f) = self.land(key) {
             if let Some(t) = f.token {
-                self.by_token.remove(&t);
+                if let Some(keys) = self.by_token.get_mut(&t) {
+                    keys.retain(|k| k != key);
+                    if keys.is_empty() {
+                        self.by_token.remove(&t);
+                    }
+                }
             }
         }
         Ok(())
@@ -330,15 +443,45 @@ impl<'a> Scheduler<'a> {
                 return Ok(());
             }
         }
-        let Some(key) = self.by_token.remove(&n.token) else {
+        let Some(keys) = self.by_token.remove(&n.token) else {
             self.orphans.insert(n.token, n);
             return Ok(());
         };
-        let Some(f) = self.inflight.remove(&key) else {
+        let bundle = keys
+            .iter()
+            .any(|k| self.inflight.get(k).is_some_and(|f| f.bundled.is_some()));
+        if bundle && n.status == SentStatus::Sent {
+            self.stats.bundles.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bundled_files
+                .fetch_add(keys.len() as u64, Ordering::Relaxed);
+        }
+        // A bundle's rows change in one transaction, not one per file.
+        let batch = keys.len() > 1;
+        if batch {
+            self.state.begin()?;
+        }
+        for key in keys {
+            self.sent_file(&key, &n)?;
+        }
+        if batch {
+            self.state.commit()?;
+        }
+        Ok(())
+    }
+
+    /// One file of a channel that ended (alone, or a bundle's member).
+    fn sent_file(&mut self, key: &str, n: &SentNotice) -> Result<(), StateError> {
+        let Some(f) = self.land(key) else {
             return Ok(());
         };
         let row = f.row;
-        match (&n.status, n.digest) {
+        // A member's bytes are its own; the channel's digest is the bundle's.
+        let (bytes, digest) = match f.bundled {
+            Some(d) => (row.size, Some(d)),
+            None => (n.bytes, n.digest),
+        };
+        match (&n.status, digest) {
             (SentStatus::Sent, Some(digest)) => {
                 let now = diodon_io::unix_time_ms().cast_signed();
                 let passes = self.state.sent(
@@ -352,12 +495,12 @@ impl<'a> Scheduler<'a> {
                 let s = self.stats;
                 if f.repeat {
                     s.files_repeat.fetch_add(1, Ordering::Relaxed);
-                    s.bytes_repeat.fetch_add(n.bytes, Ordering::Relaxed);
-                    self.bytes_repeat += n.bytes;
+                    s.bytes_repeat.fetch_add(bytes, Ordering::Relaxed);
+                    self.bytes_repeat += bytes;
                 } else {
                     s.files_new.fetch_add(1, Ordering::Relaxed);
-                    s.bytes_new.fetch_add(n.bytes, Ordering::Relaxed);
-                    self.bytes_new += n.bytes;
+                    s.bytes_new.fetch_add(bytes, Ordering::Relaxed);
+                    self.bytes_new += bytes;
                 }
                 if passes.is_some_and(|p| p >= self.opts.passes) {
                     self.after_last_pass(&row)?;

@@ -86,6 +86,14 @@ pub struct SyncArgs {
     /// Reader threads. Default 4.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
     pub readers: Option<u64>,
+    /// Pack small files into bundle channels of up to this many bytes
+    /// (each file keeps its own name, mtime, mode and digest); 0 sends
+    /// every file in its own channel. Default 1048576.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=8_388_608))]
+    pub bundle: Option<u64>,
+    /// Files up to this size are bundled. Default 65536.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub bundle_file_max: Option<u64>,
     /// Never send files matching this glob (name or relative path);
     /// repeatable; added to the defaults (`*.tmp`, `.~*`, `*.swp`, `*~`, …).
     #[arg(long, value_name = "GLOB")]

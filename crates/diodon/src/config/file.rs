@@ -99,6 +99,10 @@ pub struct FileConfig {
     pub in_flight: Option<u64>,
     /// `sync`: reader threads.
     pub readers: Option<u64>,
+    /// `sync`: bundle size, bytes (0: no bundles).
+    pub bundle: Option<u64>,
+    /// `sync`: largest bundled file, bytes.
+    pub bundle_file_max: Option<u64>,
     /// `sync`: ignore globs.
     pub ignore: Option<Vec<String>>,
     /// `sync`: no default ignore globs.

@@ -1,0 +1,344 @@
+//! A verified sync bundle (PROTOCOL.md § 5.6) unpacked into the mirrored
+//! tree: each entry is decided on its own like a file channel of its own
+//! would be — a refused name is quarantined, a file already here with the
+//! same size, mtime and digest is left alone, every other one is staged,
+//! committed (mode, mtime, digest attribute, rename into place) and written
+//! to the audit log with its availability time.
+//!
+//! ```text
+//!  bundle bytes ─► bundle::parse (every entry's digest checked) ─► entry
+//!    ─► sanitize ─✗─► quarantine record          (counted failed)
+//!    ─► present? ─✓─► audit "present"            (not rewritten)
+//!    ─► staging file ─► commit ─► audit "verified"
+//! ```
+
+use super::{FileSink, Staged};
+use crate::mirror::AuditRecord;
+use crate::names::{fits_under, sanitize};
+use crate::recv::ChannelKey;
+use crate::sink_error::{FileOp, SinkFailure};
+use diodon_proto::bundle::{parse, BundleEntry};
+use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+/// What became of one entry.
+enum Landed {
+    Written,
+    Present,
+    Failed(String),
+}
+
+impl FileSink {
+    /// Unpacks a verified bundle staged at `st.tmp`: `Ok` with a one-line
+    /// account when every file landed (or was here already), else the
+    /// first failure and how many failed (each failed file has its own
+    /// audit record and quarantine entry).
+    pub(super) fn apply_bundle(
+        &mut self,
+        key: ChannelKey,
+        st: &mut Staged,
+    ) -> Result<String, SinkFailure> {
+        drop(st.file.take());
+        let bytes = fs::read(&st.tmp).map_err(SinkFailure::file(FileOp::Write))?;
+        let _ = fs::remove_file(&st.tmp);
+        let entries = parse(&bytes).map_err(|e| SinkFailure::Bundle(e.to_string()))?;
+        let (mut written, mut present, mut failed) = (0usize, 0usize, Vec::new());
+        for e in &entries {
+            match self.land_entry(key, st.opened_ms, e) {
+                Landed::Written => written += 1,
+                Landed::Present => present += 1,
+                Landed::Failed(why) => failed.push((e.name, why)),
+            }
+        }
+        self.mirror_stats_sync();
+        let n = entries.len();
+        if let Some((name, why)) = failed.first() {
+            return Err(SinkFailure::BundleFiles(format!(
+                "{} of the bundle's {n} files failed (first: {}: {why}); {written} written, {present} already present",
+                failed.len(),
+                crate::names::escape(name)
+            )));
+        }
+        tracing::debug!(%key, files = n, written, present, "bundle unpacked");
+        Ok(format!(
+            "bundle of {n} files: {written} written, {present} already present"
+        ))
+    }
+
+    fn land_entry(&mut self, key: ChannelKey, opened_ms: u64, e: &BundleEntry<'_>) -> Landed {
+        let meta = ChannelMeta {
+            kind: ChannelKind::File,
+            size: Some(e.content.len() as u64),
+            mode: e.mode,
+            mtime_sec: e.mtime_sec,
+            mtime_nsec: e.mtime_nsec,
+            name: e.name.to_owned(),
+            aligned: false,
+            sync: Some(SyncInfo {
+                first_seen_unix_ms: e.first_seen_unix_ms,
+                pass: e.pass,
+                digest: Some(e.digest),
+                block_bytes: 0,
+            }),
+        };
+        let rel = sanitize(&meta.name);
+        let mut st = Staged {
+            name: meta.name.clone(),
+            rel: rel.as_ref().ok().cloned(),
+            meta,
+            tmp: self.staging.join("-"),
+            file: None,
+            written: 0,
+            error: None,
+            no_space: false,
+            opened_ms,
+            held: None,
+        };
+        let blake3 = hex::encode(e.digest);
+        let rel = match rel {
+            Ok(rel) => rel,
+            Err(e) => {
+                let why = SinkFailure::Name(e).to_string();
+                self.quarantine(key, st, &why);
+                return Landed::Failed(why);
+            }
+        };
+        if self.mirror.present(&rel, &st.meta) {
+            let mut rec = Self::audit_record(key, &st, "present");
+            rec.blake3 = blake3;
+            self.mirror.skipped(&rec);
+            return Landed::Present;
+        }
+        let staged = self.stage_entry(&mut st, &rel, e.content);
+        let result = staged.and_then(|()| self.commit(&mut st, &rel, &e.digest));
+        match result {
+            Ok(dest) => {
+                let mut rec: AuditRecord = Self::audit_record(key, &st, "verified");
+                rec.blake3 = blake3;
+                rec.verified_ms = diodon_io::unix_time_ms();
+                rec.reason = dest.display().to_string();
+                self.mirror.verified(rec);
+                Landed::Written
+            }
+            Err(why) => {
+                if why.is_no_space() {
+                    super::out_of_room(&self.stats, key, &mut st, &why);
+                }
+                let text = why.to_string();
+                self.quarantine(key, st, &text);
+                Landed::Failed(text)
+            }
+        }
+    }
+
+    /// Writes an entry's bytes to a staging file of its own.
+    fn stage_entry(
+        &self,
+        st: &mut Staged,
+        rel: &crate::names::SafePath,
+        content: &[u8],
+    ) -> Result<(), SinkFailure> {
+        fits_under(&self.out, rel).map_err(SinkFailure::Name)?;
+        self.check_room(content.len() as u64)?;
+        st.tmp = self
+            .staging
+            .join(format!("{:016x}.part", rand::random::<u64>()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&st.tmp)
+            .map_err(SinkFailure::file(FileOp::CreateStaging))?;
+        f.write_all(content)
+            .map_err(SinkFailure::file(FileOp::Write))?;
+        st.written = content.len() as u64;
+        st.file = Some(f);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FileSinkOptions, FileSinkStats, STAGING};
+    use super::*;
+    use crate::mirror::MirrorOptions;
+    use crate::recv::{Sink, SinkEvent, Verdict};
+    use diodon_proto::bundle::{push_entry, BUNDLE_NAME};
+    use diodon_proto::{ChannelId, SessionId};
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    fn entry<'a>(name: &'a str, content: &'a [u8], mtime_sec: i64) -> BundleEntry<'a> {
+        BundleEntry {
+            name,
+            pass: 1,
+            mode: 0o4750,
+            mtime_sec,
+            mtime_nsec: 5,
+            first_seen_unix_ms: diodon_io::unix_time_ms() - 100,
+            digest: *blake3::hash(content).as_bytes(),
+            content,
+        }
+    }
+
+    /// Delivers `bytes` as one verified bundle channel; the outcome.
+    fn deliver(sink: &mut FileSink, c: u32, bytes: &[u8]) -> crate::recv::ChannelOutcome {
+        let key = ChannelKey {
+            session: SessionId(9),
+            channel: ChannelId(c),
+        };
+        let mut meta = ChannelMeta::file(BUNDLE_NAME, bytes.len() as u64);
+        meta.kind = ChannelKind::Bundle;
+        FileSink::admit(&meta).expect("a bundle's label is admitted");
+        assert!(sink
+            .handle(SinkEvent::Opened { key, meta })
+            .unwrap()
+            .is_none());
+        sink.handle(SinkEvent::Data {
+            key,
+            offset: 0,
+            data: bytes.to_vec(),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Complete {
+            key,
+            bytes: bytes.len() as u64,
+            digest: *blake3::hash(bytes).as_bytes(),
+        })
+        .unwrap()
+        .expect("an outcome")
+    }
+
+    fn sink(out: &Path) -> (FileSink, Arc<FileSinkStats>) {
+        let stats = Arc::new(FileSinkStats::default());
+        let opts = FileSinkOptions {
+            mirror: MirrorOptions {
+                audit: Some(out.join("audit.jsonl")),
+                ..MirrorOptions::default()
+            },
+            ..FileSinkOptions::default()
+        };
+        let out_dir = out.join("out");
+        (
+            FileSink::new(&out_dir, &opts, Arc::clone(&stats)).unwrap(),
+            stats,
+        )
+    }
+
+    fn audit(dir: &Path) -> Vec<serde_json::Value> {
+        fs::read_to_string(dir.join("audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_bundle_lands_each_file_once_and_refuses_a_hostile_name_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, stats) = sink(dir.path());
+        let mut bytes = Vec::new();
+        push_entry(&mut bytes, &entry("t/a.txt", b"alpha", 1_600_000_000));
+        push_entry(&mut bytes, &entry("t/sub/empty", b"", 1_600_000_001));
+        push_entry(&mut bytes, &entry("../escape", b"evil", 1_600_000_002));
+        let out = deliver(&mut sink, 1, &bytes);
+        let Verdict::Failed { reason } = &out.verdict else {
+            panic!("one file failed, so does the bundle: {out:?}")
+        };
+        assert!(
+            reason.starts_with("1 of the bundle's 3 files failed"),
+            "{reason}"
+        );
+        let root = dir.path().join("out");
+        assert_eq!(fs::read(root.join("t/a.txt")).unwrap(), b"alpha");
+        let m = fs::metadata(root.join("t/a.txt")).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o750, "set-uid stripped");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 5));
+        assert_eq!(fs::read(root.join("t/sub/empty")).unwrap(), b"");
+        assert!(!dir.path().join("escape").exists());
+        assert!(fs::read_dir(root.join(STAGING)).unwrap().next().is_none());
+        let verdicts: Vec<(String, String)> = audit(dir.path())
+            .iter()
+            .map(|r| {
+                (
+                    r["path"].as_str().unwrap().into(),
+                    r["verdict"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                ("t/a.txt".into(), "verified".into()),
+                ("t/sub/empty".into(), "verified".into()),
+                ("../escape".into(), "failed".into()),
+            ]
+        );
+        let rec = &audit(dir.path())[0];
+        assert!(rec["availability_ms"].as_u64().unwrap() >= 100, "{rec}");
+        assert_eq!(
+            rec["blake3"],
+            hex::encode(blake3::hash(b"alpha").as_bytes())
+        );
+        assert_eq!(stats.mirror.verified.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.mirror.failed.load(Ordering::Relaxed), 1);
+
+        // The same files again (a repeat): recognised, not rewritten.
+        let mut again = Vec::new();
+        push_entry(&mut again, &entry("t/a.txt", b"alpha", 1_600_000_000));
+        push_entry(&mut again, &entry("t/sub/empty", b"", 1_600_000_001));
+        let ino = fs::metadata(root.join("t/a.txt")).unwrap().ino();
+        let out = deliver(&mut sink, 2, &again);
+        assert!(matches!(out.verdict, Verdict::Verified { .. }), "{out:?}");
+        assert_eq!(
+            out.location,
+            "bundle of 2 files: 0 written, 2 already present"
+        );
+        assert_eq!(fs::metadata(root.join("t/a.txt")).unwrap().ino(), ino);
+        assert_eq!(stats.mirror.present.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_bundle_that_does_not_parse_places_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, _) = sink(dir.path());
+        let mut bytes = Vec::new();
+        push_entry(&mut bytes, &entry("good", b"fine", 1));
+        push_entry(&mut bytes, &entry("bad", b"text", 1));
+        // The sender's own digest of the second entry is wrong.
+        *bytes.last_mut().unwrap() ^= 1;
+        let out = deliver(&mut sink, 1, &bytes);
+        let Verdict::Failed { reason } = &out.verdict else {
+            panic!("{out:?}")
+        };
+        assert!(
+            reason.contains("bundle entry 2") && reason.contains("does not match its digest"),
+            "{reason}"
+        );
+        let root = dir.path().join("out");
+        assert!(
+            !root.join("good").exists(),
+            "nothing of a bad bundle is placed"
+        );
+        assert!(fs::read_dir(root.join(STAGING)).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_bundle_larger_than_a_receiver_holds_is_refused_before_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, _) = sink(dir.path());
+        let key = ChannelKey {
+            session: SessionId(9),
+            channel: ChannelId(1),
+        };
+        let mut meta = ChannelMeta::file(BUNDLE_NAME, diodon_proto::bundle::MAX_BUNDLE_BYTES + 1);
+        meta.kind = ChannelKind::Bundle;
+        let err = sink.handle(SinkEvent::Opened { key, meta }).unwrap_err();
+        assert!(err.why.to_string().contains("larger than"), "{}", err.why);
+    }
+}
