@@ -61,6 +61,8 @@ pub struct ScanSummary {
     pub deleted: u64,
     /// Entries skipped (ignored, symlinks, special files, bad names).
     pub skipped: u64,
+    /// Transactions the differences were written in.
+    pub transactions: u64,
 }
 
 /// A difference found by the scan, written later in a short transaction:
@@ -93,6 +95,7 @@ fn apply(state: &State, writes: &mut Vec<Write>, sum: &mut ScanSummary) -> Resul
     if writes.is_empty() {
         return Ok(());
     }
+    sum.transactions += 1;
     state.begin()?;
     for w in writes.drain(..) {
         match w {
@@ -321,6 +324,12 @@ fn scan_dir(
                 sum.changed += 1;
             }
         }
+        // A directory of 64,000 new files is not written in one go: the
+        // scheduler sees the first of them after one batch (what is gone
+        // is known only at the end of the directory, and written then).
+        if writes.len() >= opts.batch.max(1) {
+            apply(state, writes, sum)?;
+        }
     }
     for (gone, _) in known {
         writes.push(Write::Deleted {
@@ -346,4 +355,53 @@ fn count(stats: &SyncStats, s: &ScanSummary) {
     stats.found_changed.fetch_add(s.changed, Ordering::Relaxed);
     stats.found_deleted.fetch_add(s.deleted, Ordering::Relaxed);
     stats.skipped.fetch_add(s.skipped, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_large_directory_is_written_in_batches_and_its_deletions_at_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("tree");
+        fs::create_dir(&root).unwrap();
+        for i in 0..25 {
+            fs::write(root.join(format!("f{i:02}")), [i as u8]).unwrap();
+        }
+        let state = State::open(&dir.path().join("s.sqlite")).unwrap();
+        let opts = ScanOptions {
+            roots: vec![Root {
+                path: root.clone(),
+                base: "tree".into(),
+            }],
+            ignore: GlobSet::empty(),
+            follow_symlinks: false,
+            batch: 10,
+        };
+        let (stats, stop) = (SyncStats::default(), AtomicBool::new(false));
+        let first = scan(&state, &opts, &stats, &stop).unwrap();
+        assert_eq!((first.files, first.changed, first.deleted), (25, 25, 0));
+        // 25 new files in batches of 10: the first 10 are visible to the
+        // scheduler before the directory is read to its end.
+        assert!(first.transactions >= 3, "{first:?}");
+        assert_eq!(state.children("tree").unwrap().len(), 25);
+        // Deletions are decided against the whole directory, batches or not.
+        for i in 0..5 {
+            fs::remove_file(root.join(format!("f{i:02}"))).unwrap();
+        }
+        for i in 25..40 {
+            fs::write(root.join(format!("f{i:02}")), [i as u8]).unwrap();
+        }
+        let second = scan(&state, &opts, &stats, &stop).unwrap();
+        assert_eq!(
+            (second.files, second.changed, second.deleted),
+            (35, 15, 5),
+            "{second:?}"
+        );
+        let live = state.children("tree").unwrap();
+        assert_eq!(live.len(), 35);
+        assert!(!live.contains_key("f00") && live.contains_key("f39"));
+    }
 }
