@@ -273,24 +273,8 @@ fn scan_dir(
             sum.skipped += 1;
             continue;
         }
-        let meta = match entry.file_type() {
-            Ok(t) if t.is_symlink() && !opts.follow_symlinks => {
-                tracing::debug!(path = %path.display(), "skipping symlink");
-                sum.skipped += 1;
-                continue;
-            }
-            Ok(t) if t.is_symlink() => fs::metadata(&path),
-            Ok(_) => fs::symlink_metadata(&path),
-            Err(e) => Err(e),
-        };
-        let meta = match meta {
-            Ok(m) => m,
-            // Vanished between read_dir and stat: a known file stays in
-            // `known` and is marked deleted below.
-            Err(e) => {
-                tracing::debug!(path = %path.display(), "cannot stat: {e}");
-                continue;
-            }
+        let Some(meta) = entry_meta(&entry, &path, opts, sum) else {
+            continue;
         };
         if meta.is_dir() {
             if subdirs.insert(file_name.clone()) && (recurse || !known_dirs.contains(&rel)) {
@@ -346,6 +330,34 @@ fn scan_dir(
         }
     }
     Ok(())
+}
+
+/// An entry's metadata; `None` for a symlink not followed (counted
+/// skipped) and for an entry gone since `read_dir` (a known file stays in
+/// `known` and is marked deleted).
+fn entry_meta(
+    entry: &fs::DirEntry,
+    path: &std::path::Path,
+    opts: &ScanOptions,
+    sum: &mut ScanSummary,
+) -> Option<fs::Metadata> {
+    let meta = match entry.file_type() {
+        Ok(t) if t.is_symlink() && !opts.follow_symlinks => {
+            tracing::debug!(path = %path.display(), "skipping symlink");
+            sum.skipped += 1;
+            return None;
+        }
+        Ok(t) if t.is_symlink() => fs::metadata(path),
+        Ok(_) => fs::symlink_metadata(path),
+        Err(e) => Err(e),
+    };
+    match meta {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), "cannot stat: {e}");
+            None
+        }
+    }
 }
 
 /// Counts a finished scan.
