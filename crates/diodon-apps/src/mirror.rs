@@ -28,7 +28,8 @@ use std::time::Duration;
 
 /// Where deleted files go, under the output folder.
 pub const DELETED: &str = ".diodon-deleted";
-/// The extended attribute that keeps a verified file's BLAKE3 (hex).
+/// The extended attribute that keeps a verified file's BLAKE3 (32 bytes;
+/// 64 hex digits from receivers before 2026-11, still read).
 pub const DIGEST_XATTR: &str = "user.diodon.blake3";
 
 /// How the mirror behaves.
@@ -281,7 +282,7 @@ impl Mirror {
         }
         let kept = diodon_io::fs::get_xattr(&file, DIGEST_XATTR)
             .ok()
-            .and_then(|v| hex::decode(v).ok());
+            .and_then(|v| kept_digest(&v));
         if let Some(kept) = kept {
             return kept == want;
         }
@@ -475,6 +476,16 @@ impl Mirror {
     }
 }
 
+/// The digest kept with a file: 32 raw bytes, or 64 hex digits as
+/// receivers before the raw form wrote it.
+fn kept_digest(value: &[u8]) -> Option<Vec<u8>> {
+    match value.len() {
+        32 => Some(value.to_vec()),
+        64 => hex::decode(value).ok(),
+        _ => None,
+    }
+}
+
 enum Applied {
     Deleted(PathBuf),
     Renamed,
@@ -484,8 +495,64 @@ enum Applied {
 
 /// Keeps a verified file's digest with it (best effort: a filesystem
 /// without user attributes only costs a read at the next pass).
+///
+/// The 32 raw bytes, not 64 hex digits: with its name they fit in the
+/// spare room of a 256-byte ext4 inode, where hex would take an extra
+/// 4 KiB block for every received file.
 pub fn keep_digest(file: &File, digest: &[u8; 32]) {
-    if let Err(e) = diodon_io::fs::set_xattr(file, DIGEST_XATTR, hex::encode(digest).as_bytes()) {
+    if let Err(e) = diodon_io::fs::set_xattr(file, DIGEST_XATTR, digest) {
         tracing::debug!("cannot keep the digest as an extended attribute: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::names::sanitize;
+    use diodon_proto::{ChannelMeta, SyncInfo};
+
+    fn meta(name: &str, content: &[u8], mtime: &fs::Metadata) -> ChannelMeta {
+        let mut m = ChannelMeta::file(name, content.len() as u64);
+        m.mtime_sec = mtime.mtime();
+        m.mtime_nsec = mtime.mtime_nsec() as u32;
+        m.sync = Some(SyncInfo {
+            first_seen_unix_ms: 1,
+            pass: 2,
+            digest: Some(*blake3::hash(content).as_bytes()),
+            block_bytes: 0,
+        });
+        m
+    }
+
+    #[test]
+    fn the_kept_digest_is_32_raw_bytes_and_the_old_hex_form_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = Mirror::new(dir.path(), &MirrorOptions::default(), Arc::default()).unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, b"content").unwrap();
+        let want = meta("f", b"content", &fs::metadata(&path).unwrap());
+        let rel = sanitize("f").unwrap();
+        let digest = *blake3::hash(b"content").as_bytes();
+
+        keep_digest(&File::open(&path).unwrap(), &digest);
+        let kept = diodon_io::fs::get_xattr(&File::open(&path).unwrap(), DIGEST_XATTR).unwrap();
+        assert_eq!(kept, digest, "raw bytes, small enough for the inode");
+        assert!(mirror.present(&rel, &want));
+
+        // What receivers before the raw form kept.
+        diodon_io::fs::set_xattr(
+            &File::open(&path).unwrap(),
+            DIGEST_XATTR,
+            hex::encode(digest).as_bytes(),
+        )
+        .unwrap();
+        assert!(mirror.present(&rel, &want));
+
+        // A kept digest that differs means another file: not present.
+        keep_digest(&File::open(&path).unwrap(), &[9; 32]);
+        assert!(!mirror.present(&rel, &want));
+        // One of no known form: the bytes are hashed instead.
+        diodon_io::fs::set_xattr(&File::open(&path).unwrap(), DIGEST_XATTR, b"junk").unwrap();
+        assert!(mirror.present(&rel, &want));
     }
 }

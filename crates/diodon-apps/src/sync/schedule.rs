@@ -32,7 +32,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::Duration;
 
 /// Candidates read per query.
-const PAGE: usize = 256;
+const PAGE: usize = 1024;
 /// A file this large (bytes) is "large": at most one is sent at a time, so
 /// a tree of large files delivers them one after the other (the first is
 /// available after its own bytes, not after all of theirs) while small
@@ -72,6 +72,11 @@ pub struct Scheduler<'a> {
     repeat_page: VecDeque<FileRow>,
     /// Unix ms of the last candidate query.
     last_query: Option<u64>,
+    /// The last query found nothing to send.
+    found_none: bool,
+    /// A job went out since the last query (its candidates were not all
+    /// in flight already): the next query may follow at once.
+    dispatched_since_query: bool,
     bytes_new: u64,
     bytes_repeat: u64,
     scans: u64,
@@ -103,6 +108,8 @@ impl<'a> Scheduler<'a> {
             new_page: VecDeque::new(),
             repeat_page: VecDeque::new(),
             last_query: None,
+            found_none: false,
+            dispatched_since_query: false,
             bytes_new: 0,
             bytes_repeat: 0,
             scans: 0,
@@ -157,16 +164,20 @@ impl<'a> Scheduler<'a> {
             && self.state.tombstones(self.opts.passes, 1)?.is_empty())
     }
 
-    /// Refills the pages from the database (at most every 100 ms when they
-    /// ran dry, so an idle sync does not spin on queries).
+    /// Refills the pages from the database: at once while the last query's
+    /// candidates went out (a tree of small files drains a page in
+    /// milliseconds), else at most every 100 ms, so neither an idle sync
+    /// nor one whose candidates are all in flight spins on queries.
     fn refill(&mut self) -> Result<(), StateError> {
         if !self.new_page.is_empty() && !self.repeat_page.is_empty() {
             return Ok(());
         }
         let now = diodon_io::unix_time_ms();
-        if self.last_query.is_some_and(|t| now.saturating_sub(t) < 100) {
+        let productive = !self.found_none && self.dispatched_since_query;
+        if self.last_query.is_some_and(|t| now.saturating_sub(t) < 100) && !productive {
             return Ok(());
         }
+        self.dispatched_since_query = false;
         self.last_query = Some(now);
         let stable_before =
             diodon_io::unix_time_ms().cast_signed() - self.opts.settle.as_millis() as i64;
@@ -181,6 +192,7 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
+        self.found_none = self.new_page.is_empty() && self.repeat_page.is_empty();
         Ok(())
     }
 
@@ -302,6 +314,7 @@ impl<'a> Scheduler<'a> {
             };
             match jobs.try_send(work) {
                 Ok(()) => {
+                    self.dispatched_since_query = true;
                     let id = self.next_job;
                     self.next_job += 1;
                     self.job_members.insert(id, members.len());

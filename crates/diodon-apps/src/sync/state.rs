@@ -183,13 +183,13 @@ impl State {
 
     /// Starts a transaction (the scanner batches its writes).
     pub fn begin(&self) -> Result<(), StateError> {
-        self.db.execute_batch("BEGIN IMMEDIATE")?;
+        self.db.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         Ok(())
     }
 
     /// Commits the transaction [`State::begin`] started.
     pub fn commit(&self) -> Result<(), StateError> {
-        self.db.execute_batch("COMMIT")?;
+        self.db.prepare_cached("COMMIT")?.execute([])?;
         Ok(())
     }
 
@@ -378,29 +378,24 @@ impl State {
         digest: &[u8; 32],
         now: i64,
     ) -> Result<Option<u32>, StateError> {
-        let n = self
+        // One statement, prepared once: a bundle counts hundreds of files.
+        Ok(self
             .db
             .prepare_cached(
                 "UPDATE files SET passes = passes + 1, last_sent_ms = ?5, digest = ?6
                  WHERE parent = ?1 AND name = ?2 AND size = ?3 AND mtime_ns = ?4
-                   AND deleted_ms IS NULL",
+                   AND deleted_ms IS NULL
+                 RETURNING passes",
             )?
-            .execute(params![
-                parent,
-                name,
-                size.cast_signed(),
-                mtime_ns,
-                now,
-                &digest[..]
-            ])?;
-        if n == 0 {
-            return Ok(None);
-        }
-        Ok(self
-            .db
             .query_row(
-                "SELECT passes FROM files WHERE parent = ?1 AND name = ?2",
-                params![parent, name],
+                params![
+                    parent,
+                    name,
+                    size.cast_signed(),
+                    mtime_ns,
+                    now,
+                    &digest[..]
+                ],
                 |r| r.get(0),
             )
             .optional()?)
