@@ -21,6 +21,13 @@
 # Usage: scripts/bench-sync.sh [--total BYTES] [--profiles "10KB 60KB 100MB 500MB mix"]
 #                              [--scan-files N] [--repair PCT] [--mtu N] [--dir DIR] [--no-record]
 #                              [--sync-args "ARGS"]   (more arguments for diodon sync, e.g. "--bundle 0")
+#                              [--fresh-fs]   (both trees on a new ext4 image, see below)
+# --fresh-fs: the source and the received tree live on an ext4 filesystem made
+# for the run (mkfs.ext4 defaults: journal, 256-byte inodes) in a file under
+# --dir, loop-mounted. A root filesystem without a journal, on which many files
+# were deleted in the last 30 s (the tree of the previous profile), makes
+# ext4 check every free inode it considers against its deletion time
+# (recently_deleted), which can take most of a small-file receiver's CPU.
 # The receiver runs with --no-fsync (one fsync per file would make the small-file
 # profiles measure the disk's sync latency, not the transfer).
 # Defaults: 2 GB per profile (the note uses 100 GB), repair 5 %, MTU 1500,
@@ -40,6 +47,7 @@ WORK=/var/tmp/diodon-bench-sync
 RECORD=yes
 RATE=600mbit
 SYNC_ARGS=""
+FRESH_FS=no
 CMDLINE="scripts/bench-sync.sh${*:+ $*}"
 export DIODON_TB=${DIODON_TB:-bsync}
 TB="$ROOT/scripts/testbed.sh"
@@ -54,6 +62,7 @@ while [[ $# -gt 0 ]]; do
     --dir) WORK=${2:?}; shift 2 ;;
     --no-record) RECORD=no; shift ;;
     --sync-args) SYNC_ARGS=${2?}; shift 2 ;;
+    --fresh-fs) FRESH_FS=yes; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-sync: unknown option $1" >&2; exit 2 ;;
     esac
@@ -64,9 +73,11 @@ BIN="$TARGET/release/diodon"
 mkdir -p "$WORK"
 ROWS=()
 MNT=""
+FS_MNT=""
 cleanup() {
     bash "$TB" down >/dev/null 2>&1 || true
     if [[ -n $MNT ]]; then umount "$MNT" 2>/dev/null || true; fi
+    if [[ -n $FS_MNT ]]; then umount "$FS_MNT" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -118,8 +129,18 @@ watch_rss() {
 }
 
 for P in $PROFILES; do
-    SRC="$WORK/src/$P" OUT="$WORK/out" STATE="$WORK/state-$P.sqlite"
-    rm -rf "$WORK/src" "$OUT" "$STATE"*
+    TREES=$WORK
+    if [[ $FRESH_FS == yes ]]; then
+        FS_MNT="$WORK/fs"
+        mkdir -p "$FS_MNT"
+        rm -f "$WORK/fs.img"
+        truncate -s $((TOTAL * 23 / 10 + 2000000000)) "$WORK/fs.img"
+        mkfs.ext4 -q -F "$WORK/fs.img"
+        mount -o loop "$WORK/fs.img" "$FS_MNT"
+        TREES=$FS_MNT
+    fi
+    SRC="$TREES/src/$P" OUT="$TREES/out" STATE="$WORK/state-$P.sqlite"
+    rm -rf "$TREES/src" "$OUT" "$STATE"*
     mkdir -p "$SRC"
     echo "bench-sync: $P: generating $TOTAL bytes" >&2
     COUNT=$(gen "$P" "$SRC")
@@ -141,20 +162,36 @@ for P in $PROFILES; do
     wait "$RX" 2>/dev/null || true
     wait
     bash "$TB" down >/dev/null
-    ROW=$(python3 - "$OUT" "$T0" "$BYTES" "$COUNT" "$(cat "$WORK/tx.rss")" "$(cat "$WORK/rx.rss")" "$P" <<'EOF'
+    ROW=$(python3 - "$OUT" "$T0" "$BYTES" "$COUNT" "$(cat "$WORK/tx.rss")" "$(cat "$WORK/rx.rss")" "$P" "$WORK" <<'EOF'
 import glob, json, sys
-out, t0, nbytes, count, txr, rxr, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+out, t0, nbytes, count, txr, rxr, p, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], sys.argv[8]
+def cpu(path, side):
+    try:
+        for line in open(path):
+            if line.startswith("{"):
+                doc = json.loads(line)
+                return (doc.get("send", doc) or {}).get("cpu_s", 0) if side == "tx" else doc.get("cpu_s", 0)
+    except (OSError, ValueError):
+        pass
+    return 0
+cpu_tx, cpu_rx = cpu(work + "/sync.json", "tx"), cpu(work + "/recv.json", "rx")
 # The audit log and its rotated files.
 v = [json.loads(l) for path in glob.glob(out + "/.diodon-audit.jsonl*") for l in open(path) if '"verdict":"verified"' in l]
 first = min(r["verified_ms"] for r in v) - t0 if v else 0
 last = max(r["verified_ms"] for r in v) - t0 if v else 0
 rate = nbytes * 8 / (last / 1000) / 1e6 if last else 0
-print(f"| {p} | {count:,} | {nbytes/1e9:.2f} GB | {last/1000:.1f} s | {first/1000:.2f} s | {last/1000:.1f} s | {rate:.0f} Mbit/s ({rate/6:.0f} %) | {txr/1024:.0f} MiB | {rxr/1024:.0f} MiB | {len(v)}/{count} ({100*len(v)/max(count,1):.2f} %) |")
+gb = nbytes / 1e9
+print(f"| {p} | {count:,} | {gb:.2f} GB | {last/1000:.1f} s | {first/1000:.2f} s | {last/1000:.1f} s | {rate:.0f} Mbit/s ({rate/6:.0f} %) | {cpu_tx/gb:.1f} / {cpu_rx/gb:.1f} | {txr/1024:.0f} MiB | {rxr/1024:.0f} MiB | {len(v)}/{count} ({100*len(v)/max(count,1):.2f} %) |")
 EOF
 )
     echo "$ROW"
     ROWS+=("$ROW")
-    rm -rf "$WORK/src" "$OUT" "$STATE"*
+    rm -rf "$TREES/src" "$OUT" "$STATE"*
+    if [[ $FRESH_FS == yes ]]; then
+        umount "$FS_MNT"
+        rm -f "$WORK/fs.img"
+        FS_MNT=""
+    fi
 done
 
 SCAN_ROW=""
@@ -188,8 +225,8 @@ EOF
 fi
 
 TABLE=$(
-    echo "| profile | files | bytes | total time | first file available | last file available | net rate (of 600 Mbit/s) | peak RSS sender | peak RSS receiver | verified (CFR) |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| profile | files | bytes | total time | first file available | last file available | net rate (of 600 Mbit/s) | CPU s/GB sender / receiver | peak RSS sender | peak RSS receiver | verified (CFR) |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
     if [[ -n $SCAN_ROW ]]; then
         echo

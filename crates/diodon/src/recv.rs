@@ -46,7 +46,7 @@ fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOu
                     delete_after: s.delete_after,
                     audit: s.audit.clone(),
                 },
-                held: diodon_apps::held::HeldLimits::default(),
+                held: s.held,
             },
         });
     }

@@ -388,14 +388,7 @@ impl State {
                  RETURNING passes",
             )?
             .query_row(
-                params![
-                    parent,
-                    name,
-                    size.cast_signed(),
-                    mtime_ns,
-                    now,
-                    &digest[..]
-                ],
+                params![parent, name, size.cast_signed(), mtime_ns, now, &digest[..]],
                 |r| r.get(0),
             )
             .optional()?)

@@ -212,6 +212,15 @@ pub struct RecvArgs {
     /// first. Default 1000.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub quarantine_entries: Option<u64>,
+    /// Most bytes the held area keeps: the blocks of sync files a pass did
+    /// not complete, merged with the next pass (PROTOCOL.md § 7.7), bytes
+    /// with an optional unit (`512MiB`, `8GiB`); least recently written go
+    /// first. Default 4GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub held_bytes: Option<QuarantineBytes>,
+    /// Most files the held area keeps. Default 256.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub held_files: Option<u64>,
     /// Sync deletions move files to `OUT/.diodon-deleted/<time>/`; really
     /// delete them after this long (`90s`, `30m`, `12h`, `7d`, or seconds).
     /// Default: keep them.

@@ -57,6 +57,10 @@ pub struct FileConfig {
     pub(crate) no_fsync: Option<bool>,
     pub(crate) quarantine_bytes: Option<SizeValue>,
     pub(crate) quarantine_entries: Option<u64>,
+    /// `recv`: held area bytes.
+    pub(crate) held_bytes: Option<SizeValue>,
+    /// `recv`: held area files.
+    pub(crate) held_files: Option<u64>,
     /// `tap-out` (recv): TAP interfaces PREFIX<agent> for the tap's packets.
     pub tap_out: Option<String>,
     /// `pcap-out` (recv): pcap files per agent.

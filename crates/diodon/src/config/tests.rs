@@ -93,6 +93,21 @@ fn quarantine_bounds_come_from_flags_or_the_file() {
     assert!(recv(&["--quarantine-entries", "0"], "").is_err());
     assert!(recv(&[], "quarantine-entries = 0\n").is_err());
     assert!(recv(&[], "quarantine-bytes = \"200%\"\n").is_err());
+    // The held area: bytes and files, from the flags or the file.
+    let h = recv(&[], "").unwrap().held;
+    assert_eq!(h, HeldLimits::default());
+    let h = recv(&["--held-bytes", "512MiB", "--held-files", "9"], "")
+        .unwrap()
+        .held;
+    assert_eq!((h.max_bytes, h.max_files), (512 << 20, 9));
+    let h = recv(&[], "held-bytes = \"1GiB\"\nheld-files = 3\n")
+        .unwrap()
+        .held;
+    assert_eq!((h.max_bytes, h.max_files), (1 << 30, 3));
+    let share = recv(&["--held-bytes", "5%"], "").unwrap_err().to_string();
+    assert!(share.contains("not a share"), "{share}");
+    assert!(recv(&[], "held-files = 0\n").is_err());
+    assert!(recv(&["--held-files", "0"], "").is_err());
 }
 
 #[test]
