@@ -92,26 +92,38 @@ impl GatewayError {
 }
 
 /// Runs a directory-tree sync (`diodon sync`) until `stop` or, with
-/// `once`, until done: the metrics endpoint first (when asked), over the
-/// sender's and the sync's counters, then [`crate::sync::run_sync`].
+/// `once`, until done. The privileged half first, while the process has
+/// one thread: the UDP socket and the metrics listener are opened, then
+/// `restrict` runs (the caller applies its sandbox and installs its signal
+/// handler); then the metrics endpoint over the sender's and the sync's
+/// counters and [`crate::sync::run_sync`] start their threads, which
+/// inherit the restrictions.
 pub fn run_sync(
     opts: SyncOptions,
     metrics: Option<MetricsOptions>,
     stop: &Arc<AtomicBool>,
+    restrict: impl FnOnce() -> Result<(), GatewayError>,
     watch: impl FnMut(&SendProgress, &SyncStats),
 ) -> Result<SyncSummary, GatewayError> {
+    let udp = BatchSender::open(&opts.send.udp).map_err(PipelineError::from)?;
+    let listener = metrics
+        .map(|m| metrics::bind(m.addr, m.peer, m.device))
+        .transpose()?;
+    restrict()?;
     let stats = Arc::new(SyncStats::default());
     let progress = Arc::new(SendProgress::default());
-    if let Some(m) = metrics {
+    if let Some(l) = listener {
         let source = metrics::Source::Send {
             progress: Arc::clone(&progress),
             udp: None,
             tunnel: None,
             sync: Some(Arc::clone(&stats)),
         };
-        metrics::serve(m.addr, source, m.peer, m.device)?;
+        l.serve(source)?;
     }
-    Ok(crate::sync::run_sync(opts, &stats, &progress, stop, watch)?)
+    Ok(crate::sync::run_sync(
+        opts, udp, &stats, &progress, stop, watch,
+    )?)
 }
 
 /// Where the sender's data comes from.

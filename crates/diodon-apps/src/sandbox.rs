@@ -13,9 +13,13 @@
 //!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
 //!                       agents, so this output also keeps its capabilities)
 //!  sender, Landlock:    read   the given paths, config, key, /proc/self, /sys net stats; no write
+//!  sync, Landlock:      read   its sources, config, key, /proc/self, /sys net stats
+//!                       write  the state database's folder (database, WAL, shared memory);
+//!                              with --after-send the sources (delete) and the move folder
 //!  seccomp groups:      Base + ReadFiles always; UdpReceive | UdpSend; WriteFiles for files
 //!                       out; TcpConnect / UdpSockets for forwarding outputs; TcpAccept for
-//!                       --metrics and --tcp-listen; NetDevices for --tap-out
+//!                       --metrics and --tcp-listen; NetDevices for --tap-out; WriteFiles and
+//!                       Watch (inotify) for sync
 //! ```
 //!
 //! `DIODON_SANDBOX_SELFTEST` (a test hook, not a setting): after the
@@ -29,6 +33,7 @@ use crate::files::STAGING;
 use crate::gateway::RecvOutput;
 use crate::packet_sink::PacketOutput;
 use crate::quarantine::QUARANTINE;
+use crate::sync::{AfterSend, SyncOptions};
 use diodon_io::sandbox::{
     Applied, Confinement, Landlock, Restrictions, SandboxError, Syscalls, User,
 };
@@ -140,6 +145,41 @@ pub fn send_policy(sources: &SendSources, o: &SandboxOptions) -> Restrictions {
         SendSources::Stdin => {}
         SendSources::Tcp => syscalls.push(Syscalls::TcpAccept),
         SendSources::Udp => syscalls.push(Syscalls::UdpReceive),
+    }
+    if o.metrics {
+        syscalls.push(Syscalls::TcpAccept);
+    }
+    landlock.read.extend(counters_read(o.metrics));
+    restrictions(o, true, landlock, syscalls)
+}
+
+/// The sync sender's restrictions: it reads its sources, writes its state
+/// database (and, as an outbox, takes sent files away), watches the
+/// sources, sends on its open socket.
+pub fn sync_policy(opts: &SyncOptions, o: &SandboxOptions) -> Restrictions {
+    let mut landlock = Landlock {
+        read: o.config_files.clone(),
+        ..Landlock::default()
+    };
+    let roots = opts.scan.roots.iter().map(|r| r.path.clone());
+    // SQLite writes the database, its WAL and shared memory beside it.
+    let state_dir = match opts.state.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    landlock.write.push(state_dir);
+    match &opts.after_send {
+        None => landlock.read.extend(roots),
+        Some(after) => {
+            landlock.write.extend(roots);
+            if let AfterSend::Move(dir) = after {
+                landlock.write.push(dir.clone());
+            }
+        }
+    }
+    let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::WriteFiles, Syscalls::UdpSend];
+    if opts.watch {
+        syscalls.push(Syscalls::Watch);
     }
     if o.metrics {
         syscalls.push(Syscalls::TcpAccept);

@@ -176,6 +176,9 @@ pub enum Syscalls {
     TcpAccept,
     /// Create and configure network devices (TUN/TAP ioctls, interface flags).
     NetDevices,
+    /// Watch directories for changes (inotify, and the epoll and eventfd
+    /// its reader thread waits on).
+    Watch,
 }
 
 /// What [`apply`] does, in its order.
@@ -578,6 +581,8 @@ mod table {
     use libc::{
         c_long, SYS_accept, SYS_accept4, SYS_bind, SYS_brk, SYS_clock_getres, SYS_clock_gettime,
         SYS_clock_nanosleep, SYS_clone3, SYS_close, SYS_connect, SYS_execve, SYS_execveat,
+        SYS_epoll_create1, SYS_epoll_ctl, SYS_epoll_pwait, SYS_eventfd2, SYS_inotify_add_watch,
+        SYS_inotify_init1, SYS_inotify_rm_watch,
         SYS_exit, SYS_exit_group, SYS_faccessat, SYS_fadvise64, SYS_fallocate, SYS_fchmod,
         SYS_fgetxattr, SYS_fsetxattr,
         SYS_fchmodat, SYS_fcntl, SYS_fdatasync, SYS_fstat, SYS_fstatfs, SYS_fsync,
@@ -594,7 +599,7 @@ mod table {
     };
     #[cfg(target_arch = "x86_64")]
     use libc::{
-        SYS_access, SYS_fork, SYS_lstat, SYS_mkdir, SYS_open, SYS_poll, SYS_readlink,
+        SYS_access, SYS_epoll_wait, SYS_fork, SYS_lstat, SYS_mkdir, SYS_open, SYS_poll, SYS_readlink,
         SYS_rename, SYS_rmdir, SYS_stat, SYS_unlink, SYS_vfork,
     };
     pub const BASE: &[c_long] = &[
@@ -651,6 +656,11 @@ mod table {
     ];
     /// /dev/net/tun and its ioctls, interface flags through a socket.
     pub const NET_DEVICES: &[c_long] = &[SYS_openat, SYS_ioctl];
+    pub const WATCH: &[c_long] = &[
+        SYS_inotify_init1, SYS_inotify_add_watch, SYS_inotify_rm_watch, SYS_epoll_create1,
+        SYS_epoll_ctl, SYS_epoll_pwait, SYS_eventfd2,
+        #[cfg(target_arch = "x86_64")] SYS_epoll_wait,
+    ];
     /// Never made by our paths once filtered, always by an attacker.
     pub const KILL: &[c_long] = &[
         SYS_execve, SYS_execveat, SYS_ptrace,
@@ -710,6 +720,7 @@ fn allow_list(groups: &[Syscalls]) -> AllowList {
                 a.any(table::NET_DEVICES);
                 a.when(libc::SYS_socket, ip_socket(libc::SOCK_DGRAM));
             }
+            Syscalls::Watch => a.any(table::WATCH),
         }
     }
     a

@@ -12,17 +12,19 @@ use crate::args::SyncArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::send::{sender_config, socket};
-use crate::stop::stop_flag;
+use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
-use diodon_apps::gateway::{run_sync, MetricsOptions};
+use diodon_apps::gateway::{run_sync, GatewayError, MetricsOptions};
 use diodon_apps::report::Exit;
+use diodon_apps::sandbox::{self, sync_policy};
 use diodon_apps::sync::scan::{Root, ScanOptions};
 use diodon_apps::sync::{status, AfterSend, SyncOptions};
 use diodon_apps::SendOptions;
 use globset::{Glob, GlobSetBuilder};
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Temporary files never sent unless `--no-default-ignores`.
@@ -116,8 +118,19 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         peer: to.ip(),
         device: link.device.clone(),
     });
-    let stop = stop_flag();
-    let summary = run_sync(opts, metrics, &stop, |_, _| {}).map_err(Fatal::gateway)?;
+    let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
+    let policy = sync_policy(&opts, &sandbox);
+    // The signal thread starts once the process is restricted, so it is too.
+    let stop = Arc::new(AtomicBool::new(false));
+    let restrict = || {
+        sandbox::apply(&policy).map_err(|e| GatewayError::Io {
+            what: "restricting the process".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        on_signal(&stop);
+        Ok(())
+    };
+    let summary = run_sync(opts, metrics, &stop, restrict, |_, _| {}).map_err(Fatal::gateway)?;
     let s = &summary.sync;
     print_summary(&summary);
     if link.json {
@@ -161,7 +174,7 @@ fn scan_only(state: &std::path::Path, scan: &ScanOptions, json: bool) -> Result<
         .map_err(Fatal::io)?;
     let stats = diodon_apps::sync::SyncStats::default();
     let t0 = diodon_io::unix_time_ms();
-    let sum = diodon_apps::sync::scan::scan(&db, scan, &stats, &stop_flag())
+    let sum = diodon_apps::sync::scan::scan(&db, scan, &stats, &crate::stop::stop_flag())
         .context("scanning")
         .map_err(Fatal::io)?;
     let ms = diodon_io::unix_time_ms().saturating_sub(t0);

@@ -350,3 +350,76 @@ fn the_sender_reads_only_its_sources_and_writes_nothing() {
         std::fs::read(src.join("a.bin")).unwrap()
     );
 }
+
+#[test]
+fn a_sandboxed_sync_writes_only_beside_its_database_and_still_watches() {
+    if !diodon_testkit::require_root(
+        "a_sandboxed_sync_writes_only_beside_its_database_and_still_watches",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    random_file(&src.join("a.bin"), 50_000);
+    let state_dir = dir.path().join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    let beside = dir.path().join("beside");
+    random_file(&beside, 10);
+    let (in_state, in_src, outside) = (
+        state_dir.join("probe"),
+        src.join("new"),
+        dir.path().join("outside"),
+    );
+    let spec = format!(
+        "write:{},write:{},write:{},read:{}",
+        in_state.display(),
+        in_src.display(),
+        outside.display(),
+        beside.display()
+    );
+    let out = dir.path().join("out");
+    let listen = free_udp();
+    let rx = recv_files(&listen, &out, &[], None);
+    rx.wait_for("receiver listening");
+    let state = state_dir.join("sync.sqlite");
+    let args = [
+        "sync",
+        src.to_str().unwrap(),
+        "--to",
+        &listen,
+        "--state",
+        state.to_str().unwrap(),
+        "--once",
+        "--passes",
+        "1",
+        "--settle",
+        "0",
+        "--rate",
+        "200mbit",
+    ];
+    let (synced, log) = Running::start(&args, Some(&spec)).wait(Duration::from_secs(60));
+    assert!(synced.success(), "{log}");
+    assert!(log.contains("sandbox: "), "no sandbox line:\n{log}");
+    // SQLite's database, WAL and shared memory live there.
+    allowed(&log, "write", in_state.to_str().unwrap());
+    // Sources are read, not written (no --after-send); nothing else is.
+    denied_with(&log, "write", in_src.to_str().unwrap(), libc::EACCES);
+    denied_with(&log, "write", outside.to_str().unwrap(), libc::EACCES);
+    denied_with(&log, "read", beside.to_str().unwrap(), libc::EACCES);
+    assert!(
+        !log.contains("no file-system watch"),
+        "inotify must work inside the sandbox:\n{log}"
+    );
+    // Up to 20 s for the receiver to place it.
+    for _ in 0..400 {
+        if out.join("src/a.bin").exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read(out.join("src/a.bin")).unwrap(),
+        std::fs::read(src.join("a.bin")).unwrap()
+    );
+}

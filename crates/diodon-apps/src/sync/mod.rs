@@ -38,10 +38,10 @@ pub use options::{AfterSend, SyncOptions};
 pub use stats::{SyncCounters, SyncStats};
 
 use crate::report::{kernel_delta, SendSummary};
-use crate::send::{run_sender, SendProgress, SentHook};
+use crate::send::{run_sender_on, SendProgress, SentHook};
 use crate::PipelineError;
 use diodon_io::counters::process_cpu_seconds;
-use diodon_io::UdpSnmp;
+use diodon_io::{BatchSender, UdpSnmp};
 use reader::{ReaderConfig, Work};
 use scan::ScanOptions;
 use state::{State, StateError};
@@ -77,11 +77,13 @@ pub struct SyncSummary {
     pub status: state::StatusCounts,
 }
 
-/// Runs a sync until `stop` (or, with `once`, until done), counting into
+/// Runs a sync on the open socket `udp` until `stop` (or, with `once`,
+/// until done), counting into
 /// `stats` and `progress` (which a metrics endpoint may already be
 /// reading: `gateway::run_sync`); `watch` sees both every 100 ms.
 pub fn run_sync(
     mut opts: SyncOptions,
+    udp: BatchSender,
     stats: &Arc<SyncStats>,
     progress: &Arc<SendProgress>,
     stop: &Arc<AtomicBool>,
@@ -104,7 +106,7 @@ pub fn run_sync(
     let send_opts = opts.send.clone();
     let core = thread::Builder::new()
         .name("diodon-sender".into())
-        .spawn(move || run_sender(&send_opts, &queue, core_progress, &core_stop))
+        .spawn(move || run_sender_on(udp, &send_opts, &queue, core_progress, &core_stop))
         .map_err(|_| SyncError::Thread("sender"))?;
 
     // Readers.

@@ -127,6 +127,9 @@ pub struct SyncArgs {
     /// Never use UDP GSO.
     #[arg(long)]
     pub no_gso: bool,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
