@@ -25,7 +25,7 @@ use super::stats::SyncStats;
 use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
 use diodon_proto::bundle::ENTRY_HEADER_LEN;
 use diodon_proto::{ChannelKind, ChannelMeta};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -72,6 +72,11 @@ pub struct Scheduler<'a> {
     repeat_page: VecDeque<FileRow>,
     /// Unix ms of the last candidate query.
     last_query: Option<u64>,
+    /// Files that left flight (sent, failed, changed) since the new and
+    /// the repeat page were read: only their page rows may be stale, so
+    /// only they are read again before dispatch.
+    landed_since_new: HashSet<String>,
+    landed_since_repeat: HashSet<String>,
     /// The last query found nothing to send.
     found_none: bool,
     /// A job went out since the last query (its candidates were not all
@@ -108,6 +113,8 @@ impl<'a> Scheduler<'a> {
             new_page: VecDeque::new(),
             repeat_page: VecDeque::new(),
             last_query: None,
+            landed_since_new: HashSet::new(),
+            landed_since_repeat: HashSet::new(),
             found_none: false,
             dispatched_since_query: false,
             bytes_new: 0,
@@ -184,12 +191,14 @@ impl<'a> Scheduler<'a> {
             diodon_io::unix_time_ms().cast_signed() - self.opts.settle.as_millis() as i64;
         if self.new_page.is_empty() {
             self.new_page = self.state.candidates(0, stable_before, PAGE)?.into();
+            self.landed_since_new.clear();
         }
         if self.repeat_page.is_empty() {
             if let Some(p) = self.state.lowest_pass(self.opts.passes)? {
                 let p = p.max(1);
                 if p < self.opts.passes {
                     self.repeat_page = self.state.candidates(p, stable_before, PAGE)?.into();
+                    self.landed_since_repeat.clear();
                 }
             }
         }
@@ -217,16 +226,30 @@ impl<'a> Scheduler<'a> {
 
     /// The candidate as it is now, if it still needs this pass and is not
     /// in flight.
-    fn checked(&self, cand: &FileRow) -> Result<Option<Job>, StateError> {
+    fn checked(&self, cand: FileRow, repeat: bool) -> Result<Option<Job>, StateError> {
         let key = cand.path();
         if self.inflight.contains_key(&key) {
             return Ok(None);
         }
-        // The row as it is now: a page may be older than a pass.
-        let Some(row) = self.state.current(&cand.parent, &cand.name)? else {
-            return Ok(None);
+        let page_passes = cand.passes;
+        // A file that left flight since its page was read may have had a
+        // pass counted since: its row is read again. Any other page row is
+        // what the database holds, but for a new version the scanner found
+        // meanwhile, which the reader tells apart (same size, mtime, inode).
+        let landed = if repeat {
+            &self.landed_since_repeat
+        } else {
+            &self.landed_since_new
         };
-        if row.passes != cand.passes || row.passes >= self.opts.passes {
+        let row = if landed.contains(&key) {
+            match self.state.current(&cand.parent, &cand.name)? {
+                Some(row) => row,
+                None => return Ok(None),
+            }
+        } else {
+            cand
+        };
+        if row.passes != page_passes || row.passes >= self.opts.passes {
             return Ok(None);
         }
         Ok(self.opts.disk_path(&key).map(|path| Job { row, path }))
@@ -251,16 +274,15 @@ impl<'a> Scheduler<'a> {
             {
                 break;
             }
-            let next = next.clone();
-            if repeat {
-                self.repeat_page.pop_front();
+            let next = if repeat {
+                self.repeat_page.pop_front()
             } else {
-                self.new_page.pop_front();
-            }
-            if members.iter().any(|m| m.row.path() == next.path()) {
-                continue;
-            }
-            if let Some(job) = self.checked(&next)? {
+                self.new_page.pop_front()
+            };
+            let Some(next) = next else { break };
+            // One query's rows name each file once; `checked` skips what
+            // is in flight from an earlier page.
+            if let Some(job) = self.checked(next, repeat)? {
                 bytes += cost;
                 members.push(job);
             }
@@ -294,7 +316,7 @@ impl<'a> Scheduler<'a> {
                 }
                 continue;
             }
-            let Some(job) = self.checked(&cand)? else {
+            let Some(job) = self.checked(cand, repeat)? else {
                 continue;
             };
             // Only a first pass is bundled: a repeat is a file's repair, and
@@ -355,6 +377,19 @@ impl<'a> Scheduler<'a> {
     /// Takes a file out of flight (and its job, with its last member).
     fn land(&mut self, key: &str) -> Option<InFlight> {
         let f = self.inflight.remove(key)?;
+        // A page held for long (a deferred large file at its front) is
+        // dropped and read again rather than its landed set let grow.
+        for (landed, page) in [
+            (&mut self.landed_since_new, &mut self.new_page),
+            (&mut self.landed_since_repeat, &mut self.repeat_page),
+        ] {
+            if landed.len() >= 4 * PAGE {
+                landed.clear();
+                page.clear();
+            } else {
+                landed.insert(key.to_owned());
+            }
+        }
         if let Some(n) = self.job_members.get_mut(&f.job) {
             *n -= 1;
             if *n == 0 {
