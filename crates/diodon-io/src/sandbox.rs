@@ -587,7 +587,7 @@ mod table {
         SYS_fgetxattr, SYS_fsetxattr,
         SYS_fchmodat, SYS_fcntl, SYS_fdatasync, SYS_fstat, SYS_fstatfs, SYS_fsync,
         SYS_ftruncate, SYS_futex, SYS_getdents64, SYS_getegid, SYS_geteuid, SYS_getgid,
-        SYS_getpeername, SYS_getpid, SYS_getrandom, SYS_getrusage, SYS_getsockname,
+        SYS_getcwd, SYS_getpeername, SYS_getpid, SYS_getrandom, SYS_getrusage, SYS_getsockname,
         SYS_getsockopt, SYS_gettid, SYS_gettimeofday, SYS_getuid, SYS_ioctl, SYS_lseek,
         SYS_madvise, SYS_mkdirat, SYS_mremap, SYS_munmap, SYS_nanosleep, SYS_newfstatat,
         SYS_openat, SYS_pipe2, SYS_ppoll, SYS_pread64, SYS_ptrace, SYS_pwrite64, SYS_read,
@@ -617,6 +617,8 @@ mod table {
     ];
     pub const READ_FILES: &[c_long] = &[
         SYS_getdents64, SYS_readlinkat, SYS_fadvise64, SYS_faccessat,
+        // SQLite makes a relative database name absolute.
+        SYS_getcwd,
         #[cfg(target_arch = "x86_64")] SYS_readlink,
         #[cfg(target_arch = "x86_64")] SYS_access,
         #[cfg(target_arch = "x86_64")] SYS_stat,

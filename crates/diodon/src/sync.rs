@@ -49,6 +49,10 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
     let state = pick(args.state.as_ref(), file.state.as_ref())
         .unwrap_or_else(|| PathBuf::from("diodon-sync.sqlite"));
+    // Absolute, so that the sandbox's rule and SQLite name the same folder.
+    let state = std::path::absolute(&state)
+        .with_context(|| format!("the state database {}", state.display()))
+        .map_err(Fatal::config)?;
     let passes = args.passes.or(file.passes).unwrap_or(2);
     if args.status {
         return print_status(&state, passes, link.json);

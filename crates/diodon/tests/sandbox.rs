@@ -41,7 +41,15 @@ struct Running {
 
 impl Running {
     fn start(args: &[&str], selftest: Option<&str>) -> Running {
+        Self::start_in(args, selftest, None)
+    }
+
+    /// [`Running::start`] in the folder `cwd`.
+    fn start_in(args: &[&str], selftest: Option<&str>, cwd: Option<&Path>) -> Running {
         let mut cmd = Command::new(BIN);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
         cmd.args(args)
             .env("DIODON_LOG", "info")
             .stdin(Stdio::null())
@@ -382,14 +390,14 @@ fn a_sandboxed_sync_writes_only_beside_its_database_and_still_watches() {
     let listen = free_udp();
     let rx = recv_files(&listen, &out, &[], None);
     rx.wait_for("receiver listening");
-    let state = state_dir.join("sync.sqlite");
+    // Relative, as the default `diodon-sync.sqlite` is.
     let args = [
         "sync",
         src.to_str().unwrap(),
         "--to",
         &listen,
         "--state",
-        state.to_str().unwrap(),
+        "state/sync.sqlite",
         "--once",
         "--passes",
         "1",
@@ -398,7 +406,8 @@ fn a_sandboxed_sync_writes_only_beside_its_database_and_still_watches() {
         "--rate",
         "200mbit",
     ];
-    let (synced, log) = Running::start(&args, Some(&spec)).wait(Duration::from_secs(60));
+    let (synced, log) =
+        Running::start_in(&args, Some(&spec), Some(dir.path())).wait(Duration::from_secs(60));
     assert!(synced.success(), "{log}");
     assert!(log.contains("sandbox: "), "no sandbox line:\n{log}");
     // SQLite's database, WAL and shared memory live there.
