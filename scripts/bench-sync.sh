@@ -70,6 +70,8 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "bench-sync: must run as root" >&2; exit 1; }
 (cd "$ROOT" && cargo build --release -q -p diodon --bins)
 BIN="$TARGET/release/diodon"
+REV=$(git -C "$ROOT" rev-parse --short HEAD)
+STAMP=$(date -u +%Y-%m-%dT%H%MZ)
 mkdir -p "$WORK"
 ROWS=()
 MNT=""
@@ -157,7 +159,15 @@ for P in $PROFILES; do
     TX=$!
     watch_rss "$TX" "$WORK/tx.rss" &
     wait "$TX" || echo "bench-sync: $P: sync exited $?" >&2
-    sleep 2
+    # The receiver may still be placing the last files: stop it once its
+    # audit log has not grown for 3 s (at most 120 s).
+    prev=-1
+    for _ in $(seq 120); do
+        now=$(cat "$OUT"/.diodon-audit.jsonl* 2>/dev/null | wc -c)
+        if [[ $now -eq $prev ]]; then break; fi
+        prev=$now
+        sleep 3
+    done
     kill "$RX" 2>/dev/null || true
     wait "$RX" 2>/dev/null || true
     wait
@@ -179,13 +189,20 @@ cpu_tx, cpu_rx = cpu(work + "/sync.json", "tx"), cpu(work + "/recv.json", "rx")
 v = [json.loads(l) for path in glob.glob(out + "/.diodon-audit.jsonl*") for l in open(path) if '"verdict":"verified"' in l]
 first = min(r["verified_ms"] for r in v) - t0 if v else 0
 last = max(r["verified_ms"] for r in v) - t0 if v else 0
-rate = nbytes * 8 / (last / 1000) / 1e6 if last else 0
+# Net rate: the bytes of the files verified (not of those sent).
+rate = sum(r["size"] for r in v) * 8 / (last / 1000) / 1e6 if last else 0
 gb = nbytes / 1e9
 print(f"| {p} | {count:,} | {gb:.2f} GB | {last/1000:.1f} s | {first/1000:.2f} s | {last/1000:.1f} s | {rate:.0f} Mbit/s ({rate/6:.0f} %) | {cpu_tx/gb:.1f} / {cpu_rx/gb:.1f} | {txr/1024:.0f} MiB | {rxr/1024:.0f} MiB | {len(v)}/{count} ({100*len(v)/max(count,1):.2f} %) |")
 EOF
 )
     echo "$ROW"
     ROWS+=("$ROW")
+    # Both sides' JSON summaries (counters, CPU) beside the table.
+    if [[ $RECORD == yes ]]; then
+        mkdir -p "$ROOT/results/sync-bench"
+        cp "$WORK/sync.json" "$ROOT/results/sync-bench/$STAMP-$P-sync.json" 2>/dev/null || true
+        tail -n 1 "$WORK/recv.json" >"$ROOT/results/sync-bench/$STAMP-$P-recv.json" 2>/dev/null || true
+    fi
     rm -rf "$TREES/src" "$OUT" "$STATE"*
     if [[ $FRESH_FS == yes ]]; then
         umount "$FS_MNT"
@@ -237,12 +254,12 @@ TABLE=$(
 )
 echo "$TABLE"
 if [[ $RECORD == yes ]]; then
-    DATE=$(date -u +%Y-%m-%dT%H%MZ)
+    DATE=$STAMP
     mkdir -p "$ROOT/results/sync-bench"
     {
         echo "# bench-sync $DATE"
         echo
-        echo "\`$CMDLINE\` — $(nproc) vCPU $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB, kernel $(uname -r), load before: $(cut -d' ' -f1-3 /proc/loadavg); $(git -C "$ROOT" rev-parse --short HEAD)"
+        echo "\`$CMDLINE\` — $(nproc) vCPU $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB, kernel $(uname -r), load after: $(cut -d' ' -f1-3 /proc/loadavg); built from $REV"
         echo
         echo "$TABLE"
     } >"$ROOT/results/sync-bench/$DATE.md"
