@@ -237,7 +237,7 @@ impl RecvArgs {
         if max_entries == 0 {
             bail!("quarantine-entries must be at least 1 (each failed file leaves a record)");
         }
-        let held = held_limits(self, f)?;
+        let held = f.held_limits(self)?;
         let out = pick(self.out.as_ref(), f.out.as_ref());
         let delete_after = pick(self.delete_after.as_ref(), f.delete_after.as_ref())
             .map(|d| duration(&d))
@@ -282,35 +282,6 @@ impl RecvArgs {
             audit,
         })
     }
-}
-
-/// The held area's bounds: a byte count (a share of the filesystem is the
-/// quarantine's option, not this one's) and a file count.
-fn held_limits(args: &RecvArgs, f: &FileConfig) -> Result<HeldLimits> {
-    let default = HeldLimits::default();
-    let bytes = match (args.held_bytes, &f.held_bytes) {
-        (Some(b), _) => Some(b),
-        (None, Some(v)) => Some(v.quarantine().map_err(|e| anyhow!("held-bytes: {e}"))?),
-        (None, None) => None,
-    };
-    let max_bytes = match bytes {
-        None => default.max_bytes,
-        Some(QuarantineBytes::Bytes(n)) => n,
-        Some(other) => {
-            bail!("held-bytes {other:?}: give bytes with an optional unit (512MiB, 8GiB), not a share of the filesystem")
-        }
-    };
-    let files = args
-        .held_files
-        .or(f.held_files)
-        .unwrap_or(default.max_files as u64);
-    if files == 0 || files > 1_000_000 {
-        bail!("held-files {files}: from 1 to 1000000");
-    }
-    Ok(HeldLimits {
-        max_bytes,
-        max_files: files as usize,
-    })
 }
 
 #[cfg(test)]

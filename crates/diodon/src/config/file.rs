@@ -2,7 +2,9 @@
 //! strictly (an unknown key or a value of the wrong type is an error that
 //! names the file).
 
-use anyhow::{Context, Result};
+use crate::args::RecvArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use diodon_apps::held::HeldLimits;
 use diodon_apps::quarantine::QuarantineBytes;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -144,6 +146,35 @@ impl SizeValue {
 }
 
 impl FileConfig {
+    /// The held area's bounds: a byte count (a share of the filesystem is the
+    /// quarantine's option, not this one's) and a file count.
+    pub(crate) fn held_limits(&self, args: &RecvArgs) -> Result<HeldLimits> {
+        let default = HeldLimits::default();
+        let bytes = match (args.held_bytes, &self.held_bytes) {
+            (Some(b), _) => Some(b),
+            (None, Some(v)) => Some(v.quarantine().map_err(|e| anyhow!("held-bytes: {e}"))?),
+            (None, None) => None,
+        };
+        let max_bytes = match bytes {
+            None => default.max_bytes,
+            Some(QuarantineBytes::Bytes(n)) => n,
+            Some(other) => {
+                bail!("held-bytes {other:?}: give bytes with an optional unit (512MiB, 8GiB), not a share of the filesystem")
+            }
+        };
+        let files = args
+            .held_files
+            .or(self.held_files)
+            .unwrap_or(default.max_files as u64);
+        if files == 0 || files > 1_000_000 {
+            bail!("held-files {files}: from 1 to 1000000");
+        }
+        Ok(HeldLimits {
+            max_bytes,
+            max_files: files as usize,
+        })
+    }
+
     /// Reads `path` (or returns the empty config).
     pub fn load(path: Option<&Path>) -> Result<Self> {
         let Some(path) = path else {
