@@ -669,14 +669,7 @@ impl FileSink {
         if self.place_held(key, st)? {
             return Ok(());
         }
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&st.tmp)
-            .map_err(SinkFailure::file(FileOp::CreateStaging))?;
-        st.file = Some(f);
+        st.file = Some(create_staging(&st.tmp)?);
         Ok(())
     }
 
@@ -1064,6 +1057,17 @@ impl Sink for FileSink {
             }
         }
     }
+}
+
+/// A new staging file, owner-only, never through a symlink.
+fn create_staging(path: &Path) -> Result<File, SinkFailure> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(SinkFailure::file(FileOp::CreateStaging))
 }
 
 /// Whether the file at `path` is `bytes` long and hashes to `digest`.

@@ -19,9 +19,8 @@ use crate::recv::ChannelKey;
 use crate::sink_error::{FileOp, SinkFailure};
 use diodon_proto::bundle::{parse, BundleEntry};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 
 /// What became of one entry.
 enum Landed {
@@ -145,13 +144,7 @@ impl FileSink {
         st.tmp = self
             .staging
             .join(format!("{:016x}.part", rand::random::<u64>()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&st.tmp)
-            .map_err(SinkFailure::file(FileOp::CreateStaging))?;
+        let mut f = super::create_staging(&st.tmp)?;
         f.write_all(content)
             .map_err(SinkFailure::file(FileOp::Write))?;
         st.written = content.len() as u64;
