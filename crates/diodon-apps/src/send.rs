@@ -113,6 +113,15 @@ impl SourceHandle {
             .map_err(|_| Closed)
     }
 
+    /// Queues all of `bytes` in [`CHUNK`]-sized pieces, then ends the
+    /// channel (a manifest or bundle built in memory).
+    pub fn data_and_finish(&self, token: u64, bytes: &[u8]) -> Result<(), Closed> {
+        for chunk in bytes.chunks(CHUNK) {
+            self.data(token, chunk.to_vec())?;
+        }
+        self.finish(token)
+    }
+
     /// Ends the channel.
     pub fn finish(&self, token: u64) -> Result<(), Closed> {
         self.tx

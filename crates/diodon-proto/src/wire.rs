@@ -823,6 +823,17 @@ impl ChannelMeta {
         }
     }
 
+    /// A channel of `kind` whose bytes are known in full before it opens
+    /// and whose name is a label, not a path (a sync manifest or bundle):
+    /// size known, owner-only mode, no time, no extension.
+    pub fn labelled(kind: ChannelKind, label: impl Into<String>, size: u64) -> Self {
+        ChannelMeta {
+            kind,
+            mode: 0o600,
+            ..ChannelMeta::file(label, size)
+        }
+    }
+
     /// Whether the kind takes the extensions: aligned records only on a
     /// `Datagrams` channel, sync information only on a `File` channel
     /// (PROTOCOL.md § 5.3). The receiver refuses any other combination as

@@ -195,17 +195,8 @@ fn send_bundle(
     if members.is_empty() {
         return done;
     }
-    let meta = ChannelMeta {
-        kind: ChannelKind::Bundle,
-        size: Some(bytes.len() as u64),
-        mode: 0o600,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        name: BUNDLE_NAME.into(),
-        // Every entry carries its own pass, first-seen time and digest.
-        aligned: false,
-        sync: None,
-    };
+    // Every entry carries its own pass, first-seen time and digest.
+    let meta = ChannelMeta::labelled(ChannelKind::Bundle, BUNDLE_NAME, bytes.len() as u64);
     let closed = |members: Vec<(String, [u8; 32])>, mut done: Vec<_>| {
         done.extend(members.into_iter().map(|(k, _)| (k, ReadResult::Closed)));
         done
@@ -217,12 +208,7 @@ fn send_bundle(
     if inbox.send(Inbox::Bundled { token, members }).is_err() {
         return done;
     }
-    for chunk in bytes.chunks(CHUNK) {
-        if handle.data(token, chunk.to_vec()).is_err() {
-            return done;
-        }
-    }
-    if handle.finish(token).is_err() {
+    if handle.data_and_finish(token, &bytes).is_err() {
         return done;
     }
     done.extend(keys.into_iter().map(|k| (k, ReadResult::Finished)));

@@ -22,7 +22,7 @@ use super::options::{AfterSend, SyncOptions};
 use super::reader::{Job, Work};
 use super::state::{split, FileRow, State, StateError};
 use super::stats::SyncStats;
-use crate::send::{SentNotice, SentStatus, SourceHandle, CHUNK};
+use crate::send::{SentNotice, SentStatus, SourceHandle};
 use diodon_proto::bundle::ENTRY_HEADER_LEN;
 use diodon_proto::{ChannelKind, ChannelMeta};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -645,27 +645,13 @@ impl<'a> Scheduler<'a> {
         let Some(handle) = &self.handle else {
             return Ok(());
         };
-        let meta = ChannelMeta {
-            kind: ChannelKind::Manifest,
-            size: Some(bytes.len() as u64),
-            mode: 0o600,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            name: MANIFEST_NAME.into(),
-            // Each record carries its own pass and first-seen time; the
-            // sync extension is for file channels only (PROTOCOL.md § 5.3.2).
-            aligned: false,
-            sync: None,
-        };
+        // Each record carries its own pass and first-seen time; the sync
+        // extension is for file channels only (PROTOCOL.md § 5.3.2).
+        let meta = ChannelMeta::labelled(ChannelKind::Manifest, MANIFEST_NAME, bytes.len() as u64);
         let Ok(token) = handle.open(meta) else {
             return Ok(());
         };
-        for chunk in bytes.chunks(CHUNK) {
-            if handle.data(token, chunk.to_vec()).is_err() {
-                return Ok(());
-            }
-        }
-        if handle.finish(token).is_err() {
+        if handle.data_and_finish(token, &bytes).is_err() {
             return Ok(());
         }
         tracing::info!(
