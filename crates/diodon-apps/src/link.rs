@@ -5,8 +5,9 @@
 //! the source waits in the kernel while the link catches up).
 //!
 //! ```text
-//!  --key-file FILE  ─► read_keys ─► KeyRing (Integrity::Keyed: its current key;
+//!  --key-file FILE  ─► read_keys ─► KeyRing (Integrity::Keyed: the MAC's keys;
 //!                                           Integrity::Encrypted with --encrypt)
+//!  SIGHUP           ─► KeyReload::poll ─► the key file's new KeyRing (the core takes it)
 //!  --rate, --stall  ─► rcvbuf_for ─► SO_RCVBUF bytes (4 MiB ..= 1 GiB)
 //!  --udp-listen     ─► udp_source_options ─► UdpSourceOptions (rcvbuf = rate × 250 ms)
 //! ```
@@ -114,6 +115,43 @@ pub fn read_keys(path: &Path) -> Result<KeyRing, KeyFileError> {
         path: path.to_owned(),
         source,
     })
+}
+
+/// The key file, read again after every SIGHUP (`kill -HUP`, `systemctl
+/// reload`): how a running sender switches keys and a running receiver
+/// accepts a new pair, without a restart (PROTOCOL.md § 4.4). The process
+/// must count SIGHUPs (`diodon_io::signal::count_hangups`).
+#[derive(Debug, Clone)]
+pub struct KeyReload {
+    path: PathBuf,
+    seen: u64,
+}
+
+impl KeyReload {
+    /// Watches for SIGHUPs from now on; `path` is the key file.
+    pub fn new(path: PathBuf) -> Self {
+        KeyReload {
+            path,
+            seen: diodon_io::signal::hangups(),
+        }
+    }
+
+    /// The key file's keys if a SIGHUP came since the last call (`None`
+    /// otherwise); an unusable file is an error, and the caller keeps the
+    /// keys it has.
+    pub fn poll(&mut self) -> Option<Result<KeyRing, KeyFileError>> {
+        let now = diodon_io::signal::hangups();
+        if now == self.seen {
+            return None;
+        }
+        self.seen = now;
+        Some(read_keys(&self.path))
+    }
+
+    /// The key file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// 64 hex characters as a key.

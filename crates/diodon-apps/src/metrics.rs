@@ -11,6 +11,8 @@
 //!     flows       UdpSourceCounters / UdpForwardCounters
 //!     files       FileSinkCounters (full disk, quarantine evictions and levels)
 //!     packets     PacketSinkCounters (tap channels: delivered, lost, late)
+//!     keys        KeyUseCounters{key_id=…} (receiver: authentic datagrams per key id),
+//!                 SealingKey (sender: the key id it seals with now)
 //!     tap         TapCounters, TapAgentCounters{agent=…}, RuleHitCounters{line=…,action=…}
 //!     agent       AgentCounters (decapsulated, passed, delivered, ring and output drops)
 //!     kernel      kernel_udp_*{scope="netns"} (/proc/net/snmp), kernel_udp6_* (/proc/net/snmp6)
@@ -330,6 +332,23 @@ impl Exporter for Counters {
     }
 }
 
+diodon_counters::counters! {
+    /// Authentic datagrams a receiver took under one key id (label
+    /// `key_id`): a key rollover is complete once the old id stops growing.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct KeyUseCounters in Diodon "receiver_key" {
+        datagrams: counter Count "datagrams" "Datagrams whose MAC or AEAD tag verified with this key id's key.",
+    }
+}
+
+diodon_counters::counters! {
+    /// The key a sender seals with (keyed modes).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    pub struct SealingKey in Diodon "sender_key" {
+        id: gauge Count "id" "Key id the sender seals its datagrams with now.",
+    }
+}
+
 /// The whole Prometheus page.
 pub fn render(source: &Source, iface: Option<&str>) -> String {
     let mut page = Page::new();
@@ -364,6 +383,9 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 .unwrap_or_default();
             own(out, &core);
             own(out, &socket);
+            if let Some(id) = progress.key_id.lock().ok().and_then(|g| *g) {
+                own(out, &SealingKey { id: u64::from(id) });
+            }
             if let Some(u) = udp {
                 own(out, &u.snapshot());
             }
@@ -388,6 +410,19 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 .unwrap_or_default();
             own(out, &core);
             own(out, &progress.socket());
+            for (id, datagrams) in progress
+                .key_use
+                .lock()
+                .map(|g| g.clone())
+                .unwrap_or_default()
+            {
+                let id = id.to_string();
+                out.labeled(
+                    &KeyUseCounters { datagrams },
+                    "receiver_key",
+                    &[("key_id", &id)],
+                );
+            }
             own(
                 out,
                 &progress.health.counters(diodon_io::clock::unix_time_ms()),

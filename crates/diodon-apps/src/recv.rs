@@ -24,6 +24,7 @@
 //! sink like any other verdict (quarantine, reset connection).
 
 use crate::health::{self, HealthMonitor, LinkHealth};
+use crate::link::KeyReload;
 pub use crate::outcome::{ChannelKey, ChannelOutcome, OutcomeTally, Verdict};
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::status::StatusBoard;
@@ -187,6 +188,8 @@ pub struct RecvOptions {
     pub give_up_after: Option<Duration>,
     /// The report lists the last this many channels (all are counted).
     pub list_channels: usize,
+    /// The key file, read again on SIGHUP (keyed modes).
+    pub keys: Option<KeyReload>,
 }
 
 diodon_counters::counters! {
@@ -219,6 +222,9 @@ pub struct RecvProgress {
     pub current_size: AtomicU64,
     /// The core's counters, refreshed about every 100 ms (for exporters).
     pub snapshot: Mutex<ReceiverStats>,
+    /// Authentic datagrams per key id so far (keyed modes), refreshed with
+    /// `snapshot`.
+    pub key_use: Mutex<Vec<(u8, u64)>>,
     /// The link's state and alarms.
     pub health: LinkHealth,
     /// History, channels in flight and the last decided (`/api/status`).
@@ -542,6 +548,7 @@ struct Decoder {
     sampled: Timestamp,
     give_up_after: Option<Duration>,
     nothing_arrived: bool,
+    keys: Option<KeyReload>,
 }
 
 /// The writer thread stopped (it only does when its queue closes).
@@ -585,6 +592,26 @@ impl Decoder {
             sampled: start,
             give_up_after: opts.give_up_after,
             nothing_arrived: false,
+            keys: opts.keys.clone(),
+        }
+    }
+
+    /// Takes the key file's keys after a SIGHUP; a file that cannot be
+    /// used leaves the keys in force, with a warning.
+    fn reload_keys(&mut self) {
+        let Some(keys) = &mut self.keys else { return };
+        match keys.poll() {
+            None => {}
+            Some(Ok(ring)) => {
+                let ids = match ring.next_id() {
+                    Some(next) => format!("{} and {next}", ring.current_id()),
+                    None => ring.current_id().to_string(),
+                };
+                if self.core.replace_keys(ring) {
+                    tracing::info!(file = %keys.path().display(), "key file read again: accepting key ids {ids}");
+                }
+            }
+            Some(Err(e)) => tracing::warn!("{e}; the keys in force stay"),
         }
     }
 
@@ -656,6 +683,10 @@ impl Decoder {
                 if let Ok(mut snap) = self.progress.snapshot.lock() {
                     *snap = self.core.stats();
                 }
+                if let Ok(mut keys) = self.progress.key_use.lock() {
+                    *keys = self.core.key_use();
+                }
+                self.reload_keys();
             }
             if once
                 && self.silent

@@ -6,14 +6,14 @@
 //!  RecvOutput / SendSources + metrics + config files ─► recv_policy / send_policy ─► Restrictions
 //!  open_recv / open_send (privileged) ─► apply(Restrictions) ─► self_test ─► OpenedRecv/Send::run
 //!
-//!  receiver, Landlock:  read   config, key, /proc/self (UDP MIB, CPU), /sys net stats (metrics,
+//!  receiver, Landlock:  read   config, key file's folder, /proc/self (UDP MIB, CPU), /sys net stats (metrics,
 //!                              TUN, TAP)
 //!                       write  --out folder (staging and quarantine are inside it), --pcap-out
 //!                       TCP    connect to the --tcp-connect port only; never bind
 //!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
 //!                       agents, so this output also keeps its capabilities)
-//!  sender, Landlock:    read   the given paths, config, key, /proc/self, /sys net stats; no write
-//!  sync, Landlock:      read   its sources, config, key, /proc/self, /sys net stats
+//!  sender, Landlock:    read   the given paths, config, key file's folder, /proc/self, /sys net stats; no write
+//!  sync, Landlock:      read   its sources, config, key file's folder, /proc/self, /sys net stats
 //!                       write  the state database's folder (database, WAL, shared memory);
 //!                              with --after-send the sources (delete) and the move folder
 //!  seccomp groups:      Base + ReadFiles always; UdpReceive | UdpSend; WriteFiles for files
@@ -53,7 +53,8 @@ pub struct SandboxOptions {
     /// `--no-sandbox`: no `no_new_privs`, Landlock or seccomp (the user is
     /// still changed when asked).
     pub off: bool,
-    /// Files the process was configured from (config, key): readable.
+    /// What the process was configured from: the config file and the key
+    /// file's folder (read again on SIGHUP, perhaps as a new file).
     pub config_files: Vec<PathBuf>,
     /// `--metrics` is on.
     pub metrics: bool,

@@ -16,6 +16,7 @@
 //! is idle, the thread lingers a few beacons (so the receiver sees the final
 //! channel table) and returns its [`SendReport`].
 
+use crate::link::KeyReload;
 use crate::PipelineError;
 use diodon_io::{
     BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, MAX_GSO_SEGMENTS,
@@ -180,6 +181,8 @@ pub struct SendOptions {
     pub linger: Duration,
     /// Told about every channel as it ends (the sync scheduler counts passes).
     pub on_sent: Option<SentHook>,
+    /// The key file, read again on SIGHUP (keyed modes).
+    pub keys: Option<KeyReload>,
 }
 
 /// Bytes per data message that sources should read at once.
@@ -197,6 +200,9 @@ pub struct SendProgress {
     /// The core's and the socket's counters, refreshed about every 100 ms
     /// (for metrics exporters).
     pub snapshot: Mutex<(SenderStats, SenderCounters)>,
+    /// The key id datagrams are sealed with now (keyed modes), refreshed
+    /// with `snapshot`.
+    pub key_id: Mutex<Option<u8>>,
 }
 
 /// A channel the sender finished.
@@ -472,11 +478,15 @@ pub fn run_sender_on(
     let mut idle_since: Option<diodon_proto::Timestamp> = None;
     let mut stopping = false;
     let mut snapshot_at = now;
+    let mut keys = opts.keys.clone();
     loop {
         let mut now = core.clock.now();
         if now.saturating_duration_since(snapshot_at) >= SNAPSHOT_EVERY {
             snapshot_at = now;
             core.publish();
+            if let Some(k) = &mut keys {
+                core.reload_keys(now, k);
+            }
         }
         if !stopping && stop.load(Ordering::Relaxed) {
             stopping = true;
@@ -519,10 +529,30 @@ pub fn run_sender_on(
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
 impl Core {
+    /// Takes the key file's keys after a SIGHUP; a file that cannot be
+    /// used leaves the keys in force, with a warning.
+    fn reload_keys(&mut self, now: diodon_proto::Timestamp, keys: &mut KeyReload) {
+        match keys.poll() {
+            None => {}
+            Some(Ok(ring)) => {
+                if let Some(id) = self.sender.replace_keys(ring, now) {
+                    tracing::info!(key_id = id, file = %keys.path().display(), "key file read again: sealing with key id {id}");
+                }
+            }
+            Some(Err(e)) => tracing::warn!(
+                key_id = self.sender.key_id(now).unwrap_or(0),
+                "{e}; the keys in force stay"
+            ),
+        }
+    }
+
     /// Copies the counters into the shared progress (for exporters).
     fn publish(&self) {
         if let Ok(mut s) = self.progress.snapshot.lock() {
             *s = (self.sender.stats().clone(), self.udp.counters());
+        }
+        if let Ok(mut k) = self.progress.key_id.lock() {
+            *k = self.sender.key_id(self.clock.now());
         }
     }
 

@@ -7,7 +7,9 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use diodon_proto::crypto::{CipherCache, SessionCipher};
-use diodon_proto::wire::{open_datagram, Body, DatagramRepr, Header, Integrity, SymbolRepr};
+use diodon_proto::wire::{
+    open_datagram, Body, DatagramRepr, Header, Integrity, Sealer, SymbolRepr,
+};
 use diodon_proto::{ChannelId, KeyRing, SessionId};
 
 const DATAGRAMS: u64 = 256;
@@ -41,7 +43,7 @@ fn bench(c: &mut Criterion) {
     let ring = KeyRing::single(KEY);
     let modes = [
         ("crc32c", Integrity::Crc32c),
-        ("mac", Integrity::Keyed(KEY)),
+        ("mac", Integrity::mac(KEY)),
         ("encrypted", Integrity::Encrypted(ring.clone())),
     ];
     for symbol in [1418usize, 8918] {
@@ -49,7 +51,11 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(DATAGRAMS * symbol as u64));
         for (name, integrity) in &modes {
             // The sender keeps its session cipher, the receiver its cache.
-            let sealer = SessionCipher::derive(ring.current_key(), 0x0123_4567_89AB_CDEF, 0);
+            let sealer = Sealer::Aead(SessionCipher::derive(
+                ring.current_key(),
+                0x0123_4567_89AB_CDEF,
+                0,
+            ));
             let mut ciphers = CipherCache::new(integrity.key_ring().cloned());
             let mut buf = vec![0u8; repr(0, &payload).buffer_len(integrity)];
             let mut plain = Vec::new();
@@ -58,7 +64,7 @@ fn bench(c: &mut Criterion) {
                     for seq in 0..DATAGRAMS {
                         let r = repr(seq, &payload);
                         let n = if integrity.is_encrypted() {
-                            r.emit_encrypted(&mut buf, &sealer)
+                            r.emit_sealed(&mut buf, &sealer)
                         } else {
                             r.emit(&mut buf, integrity)
                         };

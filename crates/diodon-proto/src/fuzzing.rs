@@ -28,9 +28,9 @@ use crate::sender::{Sender, SenderConfig};
 use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     open_datagram, parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta,
-    ChannelState, DatagramRepr, Header, Integrity, Packet, SymbolRepr, SyncInfo, TrailerRepr,
-    TrailerStatus, WireError, CRC_TAG_LEN, FLAG_ENCRYPTED, FLAG_KEYED, HEADER_LEN, MAC_TAG_LEN,
-    VERSION,
+    ChannelState, DatagramRepr, Header, Integrity, Packet, Sealer, SymbolRepr, SyncInfo,
+    TrailerRepr, TrailerStatus, WireError, CRC_TAG_LEN, FLAG_ENCRYPTED, FLAG_KEYED, HEADER_LEN,
+    MAC_TAG_LEN, VERSION,
 };
 use diodon_sansio::Timestamp;
 use std::collections::{HashMap, HashSet};
@@ -110,7 +110,7 @@ pub fn records(data: &[u8]) {
 /// so the body parsers are reached). Whatever parses must re-emit to the same
 /// bytes and parse back to the same representation.
 pub fn wire(data: &[u8]) {
-    for integrity in [Integrity::Crc32c, Integrity::Keyed(FUZZ_KEY)] {
+    for integrity in [Integrity::Crc32c, Integrity::mac(FUZZ_KEY)] {
         check_datagram(data, &integrity);
         if let Some(sealed) = reseal(data, &integrity) {
             check_datagram(&sealed, &integrity);
@@ -183,7 +183,8 @@ fn seal(datagram: &mut [u8], integrity: &Integrity) {
     let (content, tag) = datagram.split_at_mut(covered);
     match integrity {
         Integrity::Crc32c => tag.copy_from_slice(&crc32c::crc32c(content).to_be_bytes()),
-        Integrity::Keyed(key) => {
+        Integrity::Keyed(ring) => {
+            let key = ring.current_key().bytes();
             tag.copy_from_slice(&blake3::keyed_hash(key, content).as_bytes()[..MAC_TAG_LEN]);
         }
         Integrity::Encrypted(_) => unreachable!("wire() seals with CRC32C or the MAC only"),
@@ -237,10 +238,10 @@ fn check_reseal(repr: &DatagramRepr<'_>, datagram: &[u8], ring: &KeyRing) {
     let key = ring
         .key(id)
         .expect("it opened, so the ring holds its key id");
-    let cipher = SessionCipher::derive(key, repr.header.session.0, id);
+    let sealer = Sealer::Aead(SessionCipher::derive(key, repr.header.session.0, id));
     let mut out = vec![0u8; datagram.len()];
     assert_eq!(
-        repr.emit_encrypted(&mut out, &cipher),
+        repr.emit_sealed(&mut out, &sealer),
         datagram.len(),
         "length"
     );

@@ -34,7 +34,7 @@
 //! length matches the trailer and the BLAKE3 digest matches.
 
 use crate::blocks::{BlockSet, BlockSetError};
-use crate::crypto::CipherCache;
+use crate::crypto::{CipherCache, KeyRing};
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pool::BufferPool;
 use crate::types::{ChannelId, SessionId};
@@ -767,6 +767,8 @@ pub struct Receiver {
     ciphers: CipherCache,
     /// An encrypted datagram opened: header, plaintext body, tag.
     plain: Vec<u8>,
+    /// Authentic datagrams per key id (keyed modes).
+    key_use: Box<[u64; 256]>,
 }
 
 impl Receiver {
@@ -789,8 +791,33 @@ impl Receiver {
             reported: HashSet::new(),
             ciphers: CipherCache::new(config.integrity.key_ring().cloned()),
             plain: Vec::new(),
+            key_use: Box::new([0; 256]),
             config,
         }
+    }
+
+    /// Takes the keys of `ring` (the key file read again): datagrams of its
+    /// current and next key ids open from now on, those of any other id are
+    /// `bad_check`. The mode (MAC or encrypted) stays; a CRC32C receiver
+    /// has no keys and ignores the call (returns `false`).
+    pub fn replace_keys(&mut self, ring: KeyRing) -> bool {
+        if !self.config.integrity.is_keyed() {
+            return false;
+        }
+        self.ciphers = CipherCache::new(Some(ring.clone()));
+        self.config.integrity = self.config.integrity.with_ring(ring);
+        true
+    }
+
+    /// Authentic datagrams received so far under each key id that was
+    /// used (ascending ids; empty without a key): a rollover is complete
+    /// once the old id's count stops growing.
+    pub fn key_use(&self) -> Vec<(u8, u64)> {
+        (0..=u8::MAX)
+            .zip(self.key_use.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(id, n)| (id, *n))
+            .collect()
     }
 
     /// Counters, with `missing` computed over all sessions so far.
@@ -1055,7 +1082,13 @@ impl Receiver {
             &mut self.ciphers,
             &mut plain,
         ) {
-            Ok(repr) => self.handle_valid(now, repr),
+            Ok(repr) => {
+                if self.config.integrity.is_keyed() {
+                    // The tag verified with this id's key: byte 2 is its id.
+                    self.key_use[usize::from(datagram[2])] += 1;
+                }
+                self.handle_valid(now, repr);
+            }
             Err(e) => self.count_rejection(&e),
         }
         self.plain = plain;

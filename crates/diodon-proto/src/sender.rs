@@ -24,14 +24,14 @@
 //! their earliest entries, so it costs the same with one open channel or
 //! ten thousand.
 
-use crate::crypto::{KeyRing, SessionCipher, SEQ_LIMIT};
+use crate::crypto::{KeyRing, SEQ_LIMIT};
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
 use crate::pool::BufferPool;
 use crate::types::{ChannelId, ConfigError, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     BeaconRepr, Body, ChannelEntry, ChannelMeta, ChannelState, DatagramRepr, Header, Integrity,
-    SymbolRepr, TrailerRepr, TrailerStatus, BEACON_ENTRY_LEN, BEACON_FIXED_LEN, HEADER_LEN,
+    Sealer, SymbolRepr, TrailerRepr, TrailerStatus, BEACON_ENTRY_LEN, BEACON_FIXED_LEN, HEADER_LEN,
     MAX_NAME_LEN, SYMBOL_HEADER_LEN,
 };
 use diodon_sansio::{Deadlines, Timestamp, Transmit, MAX_TRANSMIT_BYTES};
@@ -65,7 +65,7 @@ pub struct SenderConfig {
     pub per_datagram_overhead: usize,
     /// CRC32C, keyed MAC or encryption.
     pub integrity: Integrity,
-    /// Encrypted mode with a next key in the ring: seal with the next key
+    /// A keyed mode with a next key in the ring: seal with the next key
     /// from this long after the session started (`Some(ZERO)`: from the
     /// start); `None` keeps the current key.
     pub next_key_after: Option<Duration>,
@@ -157,7 +157,7 @@ impl SenderConfig {
                 .is_none()
         {
             return Err(ConfigError::Inconsistent(
-                "switching to the next key needs encryption and a key file with a next key",
+                "switching to the next key needs a key file with a next key",
             ));
         }
         let datagram = self.datagram_len();
@@ -440,33 +440,37 @@ pub struct Sender {
     sealing: Option<Sealing>,
 }
 
-/// The sender's session ciphers: the current key's and, when a switch is
-/// configured, the next key's and the moment it takes over.
+/// The sender's sealers (keyed MAC or AEAD): the current key's and, when a
+/// switch is configured, the next key's and the moment it takes over.
 #[derive(Debug)]
 struct Sealing {
-    current: SessionCipher,
-    next: Option<(Timestamp, SessionCipher)>,
+    current: Sealer,
+    next: Option<(Timestamp, Sealer)>,
 }
 
 impl Sealing {
-    fn new(config: &SenderConfig, session: SessionId, start: Timestamp) -> Option<Self> {
-        let ring = config.integrity.key_ring()?;
-        let derive = |id: u8| {
-            let key = ring.key(id).expect("the ring holds its own ids");
-            SessionCipher::derive(key, session.0, id)
-        };
-        let next = config
-            .next_key_after
+    /// The sealers of `integrity`'s ring; the next key takes over at
+    /// `switch_at` when given and still to come at `now`.
+    fn new(
+        integrity: &Integrity,
+        session: SessionId,
+        switch_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Option<Self> {
+        let ring = integrity.key_ring()?;
+        let sealer = |id: u8| Sealer::new(integrity, session, id).expect("the ring holds its ids");
+        let next = switch_at
+            .filter(|at| *at > now)
             .zip(ring.next_id())
-            .map(|(after, id)| (start + after, derive(id)));
+            .map(|(at, id)| (at, sealer(id)));
         Some(Sealing {
-            current: derive(ring.current_id()),
+            current: sealer(ring.current_id()),
             next,
         })
     }
 
-    /// The cipher in force at `now`.
-    fn at(&self, now: Timestamp) -> &SessionCipher {
+    /// The sealer in force at `now`.
+    fn at(&self, now: Timestamp) -> &Sealer {
         match &self.next {
             Some((from, next)) if now >= *from => next,
             _ => &self.current,
@@ -474,8 +478,8 @@ impl Sealing {
     }
 }
 
-/// Writes `repr` sealed as configured: encrypted with `sealing`'s cipher in
-/// force at `now`, else with `integrity`'s CRC32C or MAC.
+/// Writes `repr` sealed as configured: with `sealing`'s key in force at
+/// `now` (keyed MAC or encrypted), else with the CRC32C.
 fn seal_into(
     repr: &DatagramRepr<'_>,
     buf: &mut [u8],
@@ -484,7 +488,7 @@ fn seal_into(
     now: Timestamp,
 ) -> usize {
     match sealing {
-        Some(s) => repr.emit_encrypted(buf, s.at(now)),
+        Some(s) => repr.emit_sealed(buf, s.at(now)),
         None => repr.emit(buf, integrity),
     }
 }
@@ -527,7 +531,12 @@ impl Sender {
             short_repair: HashMap::new(),
             events: VecDeque::new(),
             stats: SenderStats::default(),
-            sealing: Sealing::new(&config, session, now),
+            sealing: Sealing::new(
+                &config.integrity,
+                session,
+                config.next_key_after.map(|after| now + after),
+                now,
+            ),
             config,
         })
     }
@@ -539,9 +548,25 @@ impl Sender {
         self.seq == SEQ_LIMIT
     }
 
-    /// The key id datagrams carry at `now` (encrypted mode).
+    /// The key id datagrams carry at `now` (keyed modes).
     pub fn key_id(&self, now: Timestamp) -> Option<u8> {
         self.sealing.as_ref().map(|s| s.at(now).key_id())
+    }
+
+    /// Takes the keys of `ring` (the key file read again): every datagram
+    /// from now on is sealed with its current key; a configured switch to
+    /// the next key that is still to come switches to the new ring's next
+    /// key instead. Returns the key id now in force, or `None` when the
+    /// session is not keyed (CRC32C: nothing changes). Datagrams already
+    /// sealed keep their key; the receiver opens them if it still holds it.
+    pub fn replace_keys(&mut self, ring: KeyRing, now: Timestamp) -> Option<u8> {
+        if !self.config.integrity.is_keyed() {
+            return None;
+        }
+        self.config.integrity = self.config.integrity.with_ring(ring);
+        let switch_at = self.config.next_key_after.map(|after| self.start + after);
+        self.sealing = Sealing::new(&self.config.integrity, self.session, switch_at, now);
+        self.key_id(now)
     }
 
     /// Moves the sequence number (tests of the sequence limit).

@@ -174,8 +174,9 @@ impl DatagramType {
 pub enum Integrity {
     /// CRC32C (Castagnoli) over every byte before the tag.
     Crc32c,
-    /// BLAKE3 keyed hash with this 32-byte pre-shared key, first 16 bytes.
-    Keyed([u8; 32]),
+    /// BLAKE3 keyed hash, first 16 bytes, with the ring's current key (the
+    /// datagram names its key id; a receiver checks with either key).
+    Keyed(KeyRing),
     /// The body encrypted with a key derived per session from the ring's
     /// keys; the header is authenticated, not encrypted.
     Encrypted(KeyRing),
@@ -192,6 +193,11 @@ impl std::fmt::Debug for Integrity {
 }
 
 impl Integrity {
+    /// The keyed MAC with one key (key id 0).
+    pub fn mac(key: [u8; 32]) -> Self {
+        Self::Keyed(KeyRing::single(key))
+    }
+
     /// Tag length in bytes.
     pub fn tag_len(&self) -> usize {
         match self {
@@ -210,36 +216,68 @@ impl Integrity {
         matches!(self, Self::Encrypted(_))
     }
 
-    /// The key ring of the encrypted mode.
+    /// The key ring of the keyed modes (MAC or encryption).
     pub fn key_ring(&self) -> Option<&KeyRing> {
         match self {
-            Self::Encrypted(ring) => Some(ring),
-            _ => None,
+            Self::Keyed(ring) | Self::Encrypted(ring) => Some(ring),
+            Self::Crc32c => None,
         }
     }
 
-    /// Writes the CRC32C or MAC over `datagram[..covered]` into `datagram[covered..]`.
-    fn seal(&self, datagram: &mut [u8], covered: usize) {
-        let (content, tag) = datagram.split_at_mut(covered);
+    /// The same mode with the keys of `ring` (a key file read again); the
+    /// CRC32C mode has no keys and stays as it is.
+    #[must_use]
+    pub fn with_ring(&self, ring: KeyRing) -> Self {
         match self {
-            Self::Crc32c => {
-                tag[..CRC_TAG_LEN].copy_from_slice(&crc32c::crc32c(content).to_be_bytes());
-            }
-            Self::Keyed(key) => {
-                let mac = crypto::mac(&crypto::Secret::new(*key), content);
-                tag[..MAC_TAG_LEN].copy_from_slice(&mac);
-            }
-            Self::Encrypted(_) => unreachable!("encrypted datagrams are sealed by seal_encrypted"),
+            Self::Crc32c => Self::Crc32c,
+            Self::Keyed(_) => Self::Keyed(ring),
+            Self::Encrypted(_) => Self::Encrypted(ring),
         }
     }
 
-    /// Whether the CRC32C or MAC matches; an encrypted datagram is checked
-    /// by [`open_datagram`] and never here.
-    fn verify(&self, content: &[u8], tag: &[u8]) -> bool {
+    /// Whether the CRC32C or the MAC of the key `key_id` matches; an
+    /// encrypted datagram is checked by [`open_datagram`] and never here.
+    fn verify(&self, key_id: u8, content: &[u8], tag: &[u8]) -> bool {
         match self {
             Self::Crc32c => crc32c::crc32c(content).to_be_bytes() == tag,
-            Self::Keyed(key) => crypto::mac_matches(&crypto::Secret::new(*key), content, tag),
+            Self::Keyed(ring) => ring
+                .key(key_id)
+                .is_some_and(|key| crypto::mac_matches(key, content, tag)),
             Self::Encrypted(_) => false,
+        }
+    }
+}
+
+/// How the sender seals its datagrams with one key: the keyed MAC (with
+/// the key's id in the header) or the session's AEAD cipher.
+#[derive(Debug)]
+pub enum Sealer {
+    /// The keyed MAC with this key, carrying this key id.
+    Mac(u8, crypto::Secret),
+    /// ChaCha20-Poly1305 with this session cipher.
+    Aead(SessionCipher),
+}
+
+impl Sealer {
+    /// The sealer of key `key_id` of `integrity`'s ring for `session`
+    /// (`None` for CRC32C, or an id the ring does not hold).
+    pub fn new(integrity: &Integrity, session: SessionId, key_id: u8) -> Option<Self> {
+        match integrity {
+            Integrity::Crc32c => None,
+            Integrity::Keyed(ring) => Some(Sealer::Mac(key_id, ring.key(key_id)?.clone())),
+            Integrity::Encrypted(ring) => Some(Sealer::Aead(SessionCipher::derive(
+                ring.key(key_id)?,
+                session.0,
+                key_id,
+            ))),
+        }
+    }
+
+    /// The key id the sealed datagrams carry.
+    pub fn key_id(&self) -> u8 {
+        match self {
+            Sealer::Mac(id, _) => *id,
+            Sealer::Aead(cipher) => cipher.key_id(),
         }
     }
 }
@@ -291,10 +329,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
         let flags = self.flags();
         let encrypted = flags & FLAG_ENCRYPTED != 0;
-        let defined = if encrypted {
+        let defined = if flags & FLAG_KEYED != 0 {
             FLAG_KEYED | FLAG_ENCRYPTED | FLAG_KEY_ID
         } else {
-            FLAG_KEYED
+            0
         };
         if flags & !defined != 0 || (encrypted && flags & FLAG_KEYED == 0) {
             return Err(WireError::BadFlags(flags));
@@ -329,7 +367,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     pub fn is_encrypted(&self) -> bool {
         self.flags() & FLAG_ENCRYPTED != 0
     }
-    /// The key id of an encrypted datagram (0 otherwise).
+    /// The key id of a keyed datagram (MAC or encrypted; 0 otherwise).
     pub fn key_id(&self) -> u8 {
         self.buffer.as_ref()[field::FLAGS.start]
     }
@@ -399,7 +437,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.check_mode(integrity)?;
         let b = self.buffer.as_ref();
         let covered = b.len() - self.tag_len();
-        if integrity.verify(&b[..covered], &b[covered..]) {
+        if integrity.verify(self.key_id(), &b[..covered], &b[covered..]) {
             Ok(())
         } else {
             Err(WireError::BadCheck)
@@ -1101,42 +1139,55 @@ impl<'a> DatagramRepr<'a> {
     }
 
     /// Writes the datagram into `buf[..buffer_len]` and seals it; returns the length.
-    /// In the encrypted mode the session key of the ring's current key is
-    /// derived for this one datagram (a sender keeps its [`SessionCipher`]
-    /// and calls [`DatagramRepr::emit_encrypted`]).
+    /// A keyed mode seals with the ring's current key; in the encrypted
+    /// mode its session key is derived for this one datagram (a sender
+    /// keeps its [`Sealer`] and calls [`DatagramRepr::emit_sealed`]).
     ///
     /// # Panics
     /// If `buf` is shorter than [`DatagramRepr::buffer_len`] or the body is
     /// longer than 65535 bytes (the sender never builds such a body).
     pub fn emit(&self, buf: &mut [u8], integrity: &Integrity) -> usize {
-        if let Integrity::Encrypted(ring) = integrity {
-            let cipher =
-                SessionCipher::derive(ring.current_key(), self.header.session.0, ring.current_id());
-            return self.emit_encrypted(buf, &cipher);
+        if let Some(ring) = integrity.key_ring() {
+            let sealer = Sealer::new(integrity, self.header.session, ring.current_id())
+                .expect("the ring holds its current key");
+            return self.emit_sealed(buf, &sealer);
         }
-        let flags = if integrity.is_keyed() { FLAG_KEYED } else { 0 };
-        let total = self.emit_plain(buf, flags, integrity.tag_len());
-        integrity.seal(&mut buf[..total], total - integrity.tag_len());
+        let total = self.emit_plain(buf, 0, CRC_TAG_LEN);
+        let (content, tag) = buf[..total].split_at_mut(total - CRC_TAG_LEN);
+        tag.copy_from_slice(&crc32c::crc32c(content).to_be_bytes());
         total
     }
 
-    /// Writes the datagram with its body encrypted by `cipher` (which must
-    /// be this session's) and its AEAD tag; returns the length.
+    /// Writes the datagram sealed by `sealer`: with the keyed MAC, or with
+    /// its body encrypted by the session cipher (which must be this
+    /// session's) and its AEAD tag; the header names the key id. Returns
+    /// the length.
     ///
     /// # Panics
     /// As [`DatagramRepr::emit`].
-    pub fn emit_encrypted(&self, buf: &mut [u8], cipher: &SessionCipher) -> usize {
-        debug_assert_eq!(
-            cipher.session(),
-            self.header.session.0,
-            "another session's cipher"
-        );
-        let flags = FLAG_KEYED | FLAG_ENCRYPTED | (u16::from(cipher.key_id()) << 8);
-        let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
-        let (header, rest) = buf[..total].split_at_mut(HEADER_LEN);
-        let (body, tag) = rest.split_at_mut(total - HEADER_LEN - MAC_TAG_LEN);
-        tag.copy_from_slice(&cipher.seal(self.header.seq, header, body));
-        total
+    pub fn emit_sealed(&self, buf: &mut [u8], sealer: &Sealer) -> usize {
+        let key_id = u16::from(sealer.key_id()) << 8;
+        match sealer {
+            Sealer::Mac(_, key) => {
+                let total = self.emit_plain(buf, FLAG_KEYED | key_id, MAC_TAG_LEN);
+                let (content, tag) = buf[..total].split_at_mut(total - MAC_TAG_LEN);
+                tag.copy_from_slice(&crypto::mac(key, content));
+                total
+            }
+            Sealer::Aead(cipher) => {
+                debug_assert_eq!(
+                    cipher.session(),
+                    self.header.session.0,
+                    "another session's cipher"
+                );
+                let flags = FLAG_KEYED | FLAG_ENCRYPTED | key_id;
+                let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
+                let (header, rest) = buf[..total].split_at_mut(HEADER_LEN);
+                let (body, tag) = rest.split_at_mut(total - HEADER_LEN - MAC_TAG_LEN);
+                tag.copy_from_slice(&cipher.seal(self.header.seq, header, body));
+                total
+            }
+        }
     }
 
     /// Writes header (with `flags`) and plaintext body; returns the length

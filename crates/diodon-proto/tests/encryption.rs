@@ -1,7 +1,8 @@
 //! The encrypted mode (PROTOCOL.md § 4.3, § 4.4) end to end through the
 //! cores: a transfer verifies; an altered header, body or tag, a wrong key
 //! and a mode mismatch are refused and counted; replays are duplicates; a
-//! key rollover in the middle of a channel loses nothing; the sender stops
+//! key rollover in the middle of a channel loses nothing, with the MAC as
+//! with encryption, whether timed or by keys read again; the sender stops
 //! before its sequence number could repeat a nonce.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -22,12 +23,6 @@ fn payload(n: usize) -> Vec<u8> {
 
 fn ring_a() -> Integrity {
     Integrity::Encrypted(KeyRing::new((1, Secret::new(KEY_A)), None).unwrap())
-}
-
-fn ring_a_then_b() -> Integrity {
-    Integrity::Encrypted(
-        KeyRing::new((1, Secret::new(KEY_A)), Some((2, Secret::new(KEY_B)))).unwrap(),
-    )
 }
 
 /// A sender of one channel holding `data`, everything queued at `now`.
@@ -211,13 +206,13 @@ fn a_mode_mismatch_is_refused_counted_and_reported_once() {
     let cases = [
         (
             ring_a(),
-            Integrity::Keyed(KEY_A),
+            Integrity::mac(KEY_A),
             Mismatch::Encryption {
                 datagram_encrypted: true,
             },
         ),
         (
-            Integrity::Keyed(KEY_A),
+            Integrity::mac(KEY_A),
             ring_a(),
             Mismatch::Encryption {
                 datagram_encrypted: false,
@@ -253,47 +248,120 @@ fn a_mode_mismatch_is_refused_counted_and_reported_once() {
     }
 }
 
+/// The ring of key A (id 1) and, optionally, key B (id 2).
+fn ring(next: bool) -> KeyRing {
+    KeyRing::new(
+        (1, Secret::new(KEY_A)),
+        next.then(|| (2, Secret::new(KEY_B))),
+    )
+    .unwrap()
+}
+
+/// Both keyed modes: the MAC and encryption.
+const KEYED: [fn(KeyRing) -> Integrity; 2] = [Integrity::Keyed, Integrity::Encrypted];
+
 #[test]
 fn a_key_rollover_in_the_middle_of_a_channel_loses_nothing() {
-    let data = payload(1_500_000);
-    let now = Timestamp::ZERO;
-    let config = SenderConfig {
-        next_key_after: Some(Duration::from_millis(5)),
-        ..with(ring_a_then_b())
-    };
-    let mut s = sender(config, &data, now);
-    assert_eq!(s.key_id(now), Some(1));
-    let mut wire = drain(&mut s, now, Duration::from_micros(5));
-    assert_eq!(s.key_id(now + Duration::from_millis(5)), Some(2));
-    let ids: Vec<u8> = wire
-        .iter()
-        .map(|d| Packet::new_unchecked(d).key_id())
-        .collect();
-    let switch = ids
-        .iter()
-        .position(|&id| id == 2)
-        .expect("the sender switched");
-    assert!(
-        switch > 100 && switch < wire.len() - 100,
-        "{switch} of {}",
-        wire.len()
-    );
-    assert!(ids[..switch].iter().all(|&id| id == 1) && ids[switch..].iter().all(|&id| id == 2));
-    // Reordered across the switch: old-key datagrams arrive after new ones.
-    for i in (switch - 40..switch + 40).step_by(2) {
-        wire.swap(i, i + 1);
+    for mode in KEYED {
+        let data = payload(1_500_000);
+        let now = Timestamp::ZERO;
+        let config = SenderConfig {
+            next_key_after: Some(Duration::from_millis(5)),
+            ..with(mode(ring(true)))
+        };
+        let mut s = sender(config, &data, now);
+        assert_eq!(s.key_id(now), Some(1));
+        let mut wire = drain(&mut s, now, Duration::from_micros(5));
+        assert_eq!(s.key_id(now + Duration::from_millis(5)), Some(2));
+        let ids: Vec<u8> = wire
+            .iter()
+            .map(|d| Packet::new_unchecked(d).key_id())
+            .collect();
+        let switch = ids
+            .iter()
+            .position(|&id| id == 2)
+            .expect("the sender switched");
+        assert!(
+            switch > 100 && switch < wire.len() - 100,
+            "{switch} of {}",
+            wire.len()
+        );
+        assert!(ids[..switch].iter().all(|&id| id == 1) && ids[switch..].iter().all(|&id| id == 2));
+        // Reordered across the switch: old-key datagrams arrive after new ones.
+        for i in (switch - 40..switch + 40).step_by(2) {
+            wire.swap(i, i + 1);
+        }
+        wire[switch - 60..switch + 60].reverse();
+        let mut r = receiver(mode(ring(true)));
+        let (complete, events) = feed(&mut r, &wire);
+        assert_eq!(complete, vec![data], "{events:?}");
+        let st = r.stats();
+        assert_eq!((st.bad_check, st.missing), (0, 0), "{st:?}");
+        accounting_holds(&st);
+        let per_key = vec![(1, switch as u64), (2, (wire.len() - switch) as u64)];
+        assert_eq!(r.key_use(), per_key, "authentic datagrams per key id");
+        // A receiver that holds only the old key refuses exactly the new-key ones.
+        let mut old_only = receiver(mode(ring(false)));
+        feed(&mut old_only, &wire);
+        assert_eq!(old_only.stats().bad_check, (ids.len() - switch) as u64);
+        assert_eq!(old_only.key_use(), vec![(1, switch as u64)]);
     }
-    wire[switch - 60..switch + 60].reverse();
-    let mut r = receiver(ring_a_then_b());
-    let (complete, events) = feed(&mut r, &wire);
-    assert_eq!(complete, vec![data], "{events:?}");
-    let st = r.stats();
-    assert_eq!((st.bad_check, st.missing), (0, 0), "{st:?}");
-    accounting_holds(&st);
-    // A receiver that holds only the old key refuses exactly the new-key ones.
-    let mut old_only = receiver(ring_a());
-    feed(&mut old_only, &wire);
-    assert_eq!(old_only.stats().bad_check, (ids.len() - switch) as u64);
+}
+
+#[test]
+fn keys_read_again_switch_the_sender_at_once_and_retire_the_old_key_at_the_receiver() {
+    for mode in KEYED {
+        let data = payload(600_000);
+        let now = Timestamp::ZERO;
+        // Sender holds A only; the receiver A and B (step 1 of § 4.4).
+        let mut s = sender(with(mode(ring(false))), &data, now);
+        let mut r = receiver(mode(ring(true)));
+        let step = Duration::from_micros(5);
+        let mut wire = Vec::new();
+        let mut buf = Vec::new();
+        let mut t = now;
+        while wire.len() < 200 {
+            s.handle_timeout(t);
+            if let Some(tx) = s.poll_transmit(t, 1, &mut buf) {
+                wire.push(buf[..tx.size].to_vec());
+            }
+            t += step;
+        }
+        // The sender's key file now says `current 2 B`: SIGHUP.
+        let b_only = KeyRing::new((2, Secret::new(KEY_B)), None).unwrap();
+        assert_eq!(s.replace_keys(b_only.clone(), t), Some(2));
+        let old = wire.len();
+        wire.extend(drain(&mut s, t, step));
+        assert!(wire[..old]
+            .iter()
+            .all(|d| Packet::new_unchecked(d).key_id() == 1));
+        assert!(wire[old..]
+            .iter()
+            .all(|d| Packet::new_unchecked(d).key_id() == 2));
+        // Everything up to the switch arrives; then the receiver, too, is
+        // given `current 2 B` (step 3) and the rest arrives.
+        let (mut complete, _) = feed(&mut r, &wire[..old + 50]);
+        assert!(r.replace_keys(b_only.clone()));
+        let (rest, events) = feed(&mut r, &wire[old + 50..]);
+        complete.extend(rest);
+        assert_eq!(complete, vec![data.clone()], "{events:?}");
+        assert_eq!(r.stats().bad_check, 0);
+        // An old-key datagram (a replay, or a sender still on A) no longer
+        // opens: its key id is not held.
+        let before = r.stats().bad_check;
+        feed(&mut r, &wire[..1]);
+        assert_eq!(r.stats().bad_check, before + 1);
+        assert_eq!(
+            r.key_use(),
+            vec![(1, old as u64), (2, (wire.len() - old) as u64)]
+        );
+    }
+    // CRC32C has no keys: nothing to replace.
+    let mut s = sender(SenderConfig::default(), &payload(10), Timestamp::ZERO);
+    assert_eq!(s.replace_keys(ring(false), Timestamp::ZERO), None);
+    let mut r = receiver(Integrity::Crc32c);
+    assert!(!r.replace_keys(ring(false)));
+    assert!(r.key_use().is_empty());
 }
 
 #[test]

@@ -266,7 +266,7 @@ fn emit(repr: &DatagramRepr<'_>, integrity: &Integrity) -> Vec<u8> {
 }
 
 fn integrities() -> [Integrity; 2] {
-    [Integrity::Crc32c, Integrity::Keyed(fuzzing::FUZZ_KEY)]
+    [Integrity::Crc32c, Integrity::mac(fuzzing::FUZZ_KEY)]
 }
 
 /// Bit positions to flip: all of them for small datagrams, an even spread

@@ -152,7 +152,12 @@ fn examples() -> Vec<(&'static str, DatagramRepr<'static>, Integrity)> {
                     payload: b"hello",
                 }),
             },
-            Integrity::Keyed(KEY),
+            Integrity::mac(KEY),
+        ),
+        (
+            "data-keyed-key-7",
+            hello_symbol(),
+            Integrity::Keyed(KeyRing::new((7, Secret::new(KEY)), None).expect("one key")),
         ),
         (
             "data-encrypted",

@@ -239,11 +239,11 @@ fn forged_datagrams_fail_the_mac_and_mode_mismatch_is_reported() {
     let now = Timestamp::from_millis(1);
     let key = [7u8; 32];
     let data = payload(4, 100_000);
-    let (mut good, _) = sender_with(1, &data, now, Integrity::Keyed(key));
-    let (mut forger, _) = sender_with(1, &payload(5, 100_000), now, Integrity::Keyed([8u8; 32]));
+    let (mut good, _) = sender_with(1, &data, now, Integrity::mac(key));
+    let (mut forger, _) = sender_with(1, &payload(5, 100_000), now, Integrity::mac([8u8; 32]));
     let mut r = Receiver::new(
         ReceiverConfig {
-            integrity: Integrity::Keyed(key),
+            integrity: Integrity::mac(key),
             ..ReceiverConfig::default()
         },
         now,
@@ -273,24 +273,20 @@ fn forged_datagrams_fail_the_mac_and_mode_mismatch_is_reported() {
     );
     // The MAC covers the session id: replaying good datagrams under another
     // session id is impossible without the key.
-    let d = drain(
-        &mut sender_with(9, &data, now, Integrity::Keyed(key)).0,
-        now,
-    )
-    .remove(0);
+    let d = drain(&mut sender_with(9, &data, now, Integrity::mac(key)).0, now).remove(0);
     let mut tampered = d.clone();
     tampered[4] ^= 0xFF;
-    assert!(parse_datagram(&tampered, &Integrity::Keyed(key)).is_err());
+    assert!(parse_datagram(&tampered, &Integrity::mac(key)).is_err());
 }
 
 #[test]
 fn replayed_datagrams_are_duplicates() {
     let now = Timestamp::from_millis(1);
-    let (mut s, _) = sender_with(3, &payload(6, 50_000), now, Integrity::Keyed([1; 32]));
+    let (mut s, _) = sender_with(3, &payload(6, 50_000), now, Integrity::mac([1; 32]));
     let d = drain(&mut s, now);
     let mut r = Receiver::new(
         ReceiverConfig {
-            integrity: Integrity::Keyed([1; 32]),
+            integrity: Integrity::mac([1; 32]),
             ..ReceiverConfig::default()
         },
         now,
@@ -312,11 +308,11 @@ fn replayed_datagrams_are_duplicates() {
 fn perfect_link_sanity_with_keyed_mode() {
     let payloads = vec![payload(8, 300_000)];
     let scfg = SenderConfig {
-        integrity: Integrity::Keyed([3; 32]),
+        integrity: Integrity::mac([3; 32]),
         ..SenderConfig::default()
     };
     let rcfg = ReceiverConfig {
-        integrity: Integrity::Keyed([3; 32]),
+        integrity: Integrity::mac([3; 32]),
         ..ReceiverConfig::default()
     };
     let mut t = Transfer::new(scfg, rcfg, 4, &payloads);

@@ -11,7 +11,7 @@
 use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::held::HeldLimits;
-use diodon_apps::link::read_keys;
+use diodon_apps::link::{read_keys, KeyReload};
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
 use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
 use diodon_proto::{Integrity, IpVersion, KeyRing, Rate, RepairRatio, SenderConfig, SymbolSize};
@@ -37,6 +37,8 @@ pub struct Link {
     /// Whether `interleave` was given (the tunnel's default differs).
     pub interleave_given: bool,
     pub integrity: Integrity,
+    /// The key file (read again on SIGHUP).
+    pub key_file: Option<PathBuf>,
     /// Seal with the key file's next key from this long after the start.
     pub next_key_after: Option<Duration>,
     pub beacon: Duration,
@@ -46,6 +48,11 @@ pub struct Link {
 }
 
 impl Link {
+    /// The key file to read again on SIGHUP, if the link is keyed.
+    pub fn key_reload(&self) -> Option<KeyReload> {
+        self.key_file.clone().map(KeyReload::new)
+    }
+
     /// Merges `a` over `f`.
     pub fn merge(a: &LinkArgs, f: &FileConfig) -> Result<Self> {
         let rate_text = a
@@ -79,6 +86,7 @@ impl Link {
             interleave: a.interleave.or(f.interleave).unwrap_or(4),
             interleave_given: a.interleave.or(f.interleave).is_some(),
             integrity,
+            key_file: a.key_file.clone().or_else(|| f.key_file.clone()),
             next_key_after,
             beacon: Duration::from_millis(beacon),
             delta_t: Duration::from_millis(a.delta_t.or(f.delta_t).unwrap_or(2000)),
@@ -141,7 +149,7 @@ fn integrity(a: &LinkArgs, f: &FileConfig) -> Result<(Integrity, Option<Duration
     let encrypt = a.encrypt || f.encrypt.unwrap_or(false);
     let integrity = match (a.key_file.as_ref().or(f.key_file.as_ref()), encrypt) {
         (Some(p), true) => Integrity::Encrypted(read_keys(p)?),
-        (Some(p), false) => Integrity::Keyed(*read_keys(p)?.current_key().bytes()),
+        (Some(p), false) => Integrity::Keyed(read_keys(p)?),
         (None, true) => bail!("--encrypt needs --key-file (the pre-shared key)"),
         (None, false) => Integrity::Crc32c,
     };
@@ -150,7 +158,7 @@ fn integrity(a: &LinkArgs, f: &FileConfig) -> Result<(Integrity, Option<Duration
         .transpose()
         .context("next-key-after")?;
     if next_key_after.is_some() && integrity.key_ring().and_then(KeyRing::next_id).is_none() {
-        bail!("--next-key-after needs --encrypt and a key file with a `next ID HEX` line");
+        bail!("--next-key-after needs a key file with a `next ID HEX` line");
     }
     Ok((integrity, next_key_after))
 }

@@ -127,6 +127,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
             silence_alarm: s.alarm_silence,
             give_up_after: s.timeout,
             list_channels: s.list_channels,
+            keys: link.key_reload(),
         },
         output,
         metrics: metrics.map(|addr| MetricsOptions {
@@ -139,7 +140,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
     let opened = open_recv(job).map_err(Fatal::gateway)?;
     sandbox::apply_recv(&kept, &policy)
         .map_err(|e| Fatal::io(anyhow!("restricting the process: {e}")))?;
-    on_signal(&stop);
+    on_signal(&stop, true);
     let bar = (show_bar && std::io::stderr().is_terminal()).then(|| progress::bar(0));
     let summary = opened
         .run(|p| {

@@ -12,6 +12,7 @@ use crate::fatal::Fatal;
 use anyhow::anyhow;
 use diodon_apps::sandbox::SandboxOptions;
 use diodon_io::sandbox::{is_root, User};
+use std::path::Path;
 
 /// The operator's sandbox settings, the user looked up.
 pub fn options(
@@ -31,13 +32,19 @@ pub fn options(
         }
         None => None,
     };
-    let config_files = [
-        link.config.clone(),
-        link.key_file.clone().or_else(|| file.key_file.clone()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    // The key file's folder, not the file: SIGHUP reads the key file again,
+    // and an editor or a deployment tool replaces it by a new file (a new
+    // inode a rule on the old file would not cover).
+    let key_folder = link
+        .key_file
+        .clone()
+        .or_else(|| file.key_file.clone())
+        .and_then(|k| std::path::absolute(k).ok())
+        .and_then(|k| k.parent().map(Path::to_path_buf));
+    let config_files = [link.config.clone(), key_folder]
+        .into_iter()
+        .flatten()
+        .collect();
     Ok(SandboxOptions {
         user,
         off: a.no_sandbox || file.no_sandbox.unwrap_or(false),

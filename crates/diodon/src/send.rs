@@ -97,6 +97,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             queue_chunks: 32,
             linger,
             on_sent: None,
+            keys: link.key_reload(),
         },
         input,
         metrics: metrics.map(|addr| MetricsOptions {
@@ -153,7 +154,7 @@ pub fn execute(
     let opened = open_send(job).map_err(Fatal::gateway)?;
     if let Some((policy, stop)) = sandboxed {
         sandbox::apply(&policy).map_err(|e| Fatal::io(anyhow!("restricting the process: {e}")))?;
-        on_signal(&stop);
+        on_signal(&stop, true);
     }
     let summary = opened
         .run(|p| {

@@ -43,6 +43,17 @@ pub const DEFAULT_IGNORES: &[&str] = &[
     ".*.sw?",
 ];
 
+/// `--bundle`: at most 8 MiB (receivers hold 16 MiB).
+fn bundle_bytes(args: &SyncArgs, file: &FileConfig) -> Result<u64, Fatal> {
+    let bytes = args.bundle.or(file.bundle).unwrap_or(1 << 20);
+    if bytes > 8 << 20 {
+        return Err(Fatal::config(anyhow!(
+            "bundle = {bytes}: a bundle is at most 8388608 bytes (receivers hold 16 MiB)"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// Runs `diodon sync`.
 pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
@@ -85,12 +96,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     let ms = |flag: Option<u64>, key: Option<u64>, default: u64| {
         Duration::from_millis(flag.or(key).unwrap_or(default))
     };
-    let bundle_bytes = args.bundle.or(file.bundle).unwrap_or(1 << 20);
-    if bundle_bytes > 8 << 20 {
-        return Err(Fatal::config(anyhow!(
-            "bundle = {bundle_bytes}: a bundle is at most 8388608 bytes (receivers hold 16 MiB)"
-        )));
-    }
+    let bundle_bytes = bundle_bytes(args, &file)?;
     let opts = SyncOptions {
         send: SendOptions {
             config,
@@ -99,6 +105,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
             queue_chunks: 32,
             linger: ms(args.linger, file.linger, 750),
             on_sent: None,
+            keys: link.key_reload(),
         },
         scan,
         state,
@@ -131,7 +138,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
             what: "restricting the process".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        on_signal(&stop);
+        on_signal(&stop, true);
         Ok(())
     };
     let summary = run_sync(opts, metrics, &stop, restrict, |_, _| {}).map_err(Fatal::gateway)?;

@@ -121,6 +121,7 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
                 queue_chunks: 64,
                 linger: Duration::from_millis(750),
                 on_sent: None,
+                keys: link.key_reload(),
             };
             let policy = SegmentPolicy {
                 max_bytes: args.segment_mb.or(tf.segment_mb).unwrap_or(16) << 20,

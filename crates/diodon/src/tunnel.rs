@@ -12,7 +12,7 @@ use crate::args::{TunnelArgs, TunnelCommand, TunnelSendArgs};
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::send::{execute, sender_config, socket};
-use crate::stop::stop_flag;
+use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{MetricsOptions, SendInput, SendJob};
 use diodon_apps::report::Exit;
@@ -20,6 +20,8 @@ use diodon_apps::tunnel::{DropPolicy, TunnelSourceOptions};
 use diodon_apps::SendOptions;
 use diodon_io::tun::{Offload, TunConfig};
 use diodon_proto::records::{MAX_RECORD, RECORD_HEADER};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs `diodon tunnel …`.
@@ -86,6 +88,7 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
             queue_chunks: 2,
             linger: Duration::from_millis(750),
             on_sent: None,
+            keys: link.key_reload(),
         },
         input: SendInput::Tunnel(source),
         metrics: pick(a.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
@@ -93,7 +96,11 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
             peer: to.ip(),
             device: link.device.clone(),
         }),
-        stop: stop_flag(),
+        stop: {
+            let stop = Arc::new(AtomicBool::new(false));
+            on_signal(&stop, true);
+            stop
+        },
     };
     // Not sandboxed (yet): the TUN queues are opened by the source thread.
     execute(job, &link, None)

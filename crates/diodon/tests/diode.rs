@@ -401,7 +401,7 @@ fn sender_restart_fails_the_abandoned_channel_and_adopts_the_new_session() {
 fn forged_datagram(key: [u8; 32]) -> Vec<u8> {
     use diodon_proto::{Integrity, Sender, SenderConfig, SessionId, Timestamp};
     let cfg = SenderConfig {
-        integrity: Integrity::Keyed(key),
+        integrity: Integrity::mac(key),
         ..SenderConfig::default()
     };
     let mut s = Sender::new(cfg, SessionId(0xF0F0), Timestamp::ZERO).unwrap();

@@ -1,7 +1,9 @@
 //! `--encrypt` on the real binary over loopback, with the test itself on
 //! the wire: every datagram passes a relay in this test that keeps a copy.
 //! An encrypted file arrives verified and none of its bytes (nor its name)
-//! is on the wire; a key rollover in the middle of a file loses nothing; a
+//! is on the wire; a key rollover in the middle of a file loses nothing,
+//! timed or by key files read again on SIGHUP (which also retires the old
+//! key at the receiver, and keeps the keys when the new file has a typo); a
 //! wrong key and a sender that does not encrypt are one sentence each in
 //! the receiver's log.
 
@@ -253,4 +255,202 @@ fn a_wrong_key_and_a_sender_that_does_not_encrypt_are_sentences() {
     assert_eq!(w.len(), 1, "{logs:#?}");
     assert!(w[0].contains("requires encryption"), "{}", w[0]);
     assert!(!w[0].contains("datagram_encrypted"), "{}", w[0]);
+}
+
+/// `GET /metrics` of a running side: the value of the sample `name` (with
+/// its labels, as written), 0 when absent.
+fn metric(addr: &str, name: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    s.read_to_string(&mut page).unwrap();
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Replaces `path` the way editors and deployment tools do: a new file
+/// renamed over the old one (a new inode).
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn hangup(child: &Child) {
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on a child this test started.
+    #[expect(unsafe_code, reason = "kill(2)")]
+    let rc = unsafe { libc::kill(pid, libc::SIGHUP) };
+    assert_eq!(rc, 0);
+}
+
+/// Waits until `path` holds `data` (a receiver that runs on).
+fn arrives(path: &Path, data: &[u8], within: Duration) -> bool {
+    let step = Duration::from_millis(50);
+    for _ in 0..within.as_millis() / step.as_millis() {
+        if std::fs::read(path).is_ok_and(|got| got == data) {
+            return true;
+        }
+        std::thread::sleep(step);
+    }
+    false
+}
+
+#[test]
+#[expect(clippy::too_many_lines, reason = "one rollover, step by step")]
+fn keys_read_again_on_sighup_roll_a_running_mac_link_over_and_retire_the_old_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ring, only_a, only_b) = (
+        format!("current 1 {KEY_A}\nnext 2 {KEY_B}\n"),
+        format!("current 1 {KEY_A}\n"),
+        format!("current 2 {KEY_B}\n"),
+    );
+    let recv_key = dir.path().join("recv.key");
+    let send_key = dir.path().join("send.key");
+    let old_key = dir.path().join("old.key");
+    std::fs::write(&recv_key, &ring).unwrap();
+    std::fs::write(&send_key, &only_a).unwrap();
+    std::fs::write(&old_key, &only_a).unwrap();
+    let out = dir.path().join("out");
+    let listen = diodon_testkit::free_udp();
+    let metrics = diodon_testkit::free_tcp().to_string();
+    let tap = Tap::new(listen);
+    let rx = diodon(&[
+        "recv",
+        "--listen",
+        &listen.to_string(),
+        "--out",
+        out.to_str().unwrap(),
+        "--key-file",
+        recv_key.to_str().unwrap(),
+        "--metrics",
+        &metrics,
+        "--json",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let to = tap.addr.to_string();
+    let send = |key: &Path, file: &Path, rate: &str| {
+        diodon(&["send", "--to", &to, "--rate", rate, "--key-file"])
+            .arg(key)
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // 1. A 6 MB file at 24 Mbit/s (two seconds); after one, the sender's
+    //    key file says `current 2 B` and it gets SIGHUP.
+    let data = plaintext(6_000_000);
+    let big = dir.path().join("big.txt");
+    std::fs::write(&big, &data).unwrap();
+    let tx = send(&send_key, &big, "24mbit");
+    std::thread::sleep(Duration::from_secs(1));
+    replace(&send_key, &only_b);
+    hangup(&tx);
+    let tx = tx.wait_with_output().unwrap();
+    assert_eq!(tx.status.code(), Some(0));
+    let tx_log = String::from_utf8_lossy(&tx.stderr);
+    assert!(
+        tx_log.contains("key file read again: sealing with key id 2"),
+        "{tx_log}"
+    );
+    assert!(arrives(
+        &out.join("big.txt"),
+        &data,
+        Duration::from_secs(10)
+    ));
+    let used = |id: u8| {
+        metric(
+            &metrics,
+            &format!("diodon_receiver_key_datagrams_total{{key_id=\"{id}\"}}"),
+        )
+    };
+    let (one, two) = (used(1), used(2));
+    assert!(
+        one > 500 && two > 500,
+        "datagrams per key id: 1 → {one}, 2 → {two}"
+    );
+
+    // 2. The receiver's key file says `current 2 B`, SIGHUP: a sender still
+    //    on key A is refused, one on B delivers.
+    replace(&recv_key, &only_b);
+    hangup(&rx);
+    std::thread::sleep(Duration::from_millis(400));
+    let bad_check = || metric(&metrics, "diodon_receiver_bad_check_total");
+    let before = bad_check();
+    let small = dir.path().join("small.txt");
+    std::fs::write(&small, plaintext(50_000)).unwrap();
+    let old = send(&old_key, &small, "100mbit")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(old.status.code(), Some(0));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(bad_check() > before, "key id 1 is no longer accepted");
+    assert!(
+        !out.join("small.txt").exists(),
+        "delivered under a retired key"
+    );
+    assert_eq!(
+        used(1),
+        one,
+        "no datagram of key id 1 counted after it was retired"
+    );
+
+    // 3. A key file with a typo, SIGHUP: one sentence, and the keys in force stay.
+    replace(&recv_key, &format!("current 3 {}\n", &KEY_B[..60]));
+    hangup(&rx);
+    std::thread::sleep(Duration::from_millis(400));
+    let b = send(&send_key, &small, "100mbit")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(b.status.code(), Some(0));
+    assert!(arrives(
+        &out.join("small.txt"),
+        &plaintext(50_000),
+        Duration::from_secs(5)
+    ));
+    assert!(used(2) > two);
+
+    // SIGINT: the receiver ends and reports.
+    // SAFETY: kill(2) on a child this test started.
+    #[expect(unsafe_code, reason = "kill(2)")]
+    let rc = unsafe { libc::kill(libc::pid_t::try_from(rx.id()).unwrap(), libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let rx = rx.wait_with_output().unwrap();
+    let logs: Vec<Value> = String::from_utf8_lossy(&rx.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let infos: Vec<&str> = logs
+        .iter()
+        .filter_map(|l| l["fields"]["message"].as_str())
+        .filter(|m| m.contains("key file read again"))
+        .collect();
+    assert_eq!(
+        infos,
+        ["key file read again: accepting key ids 2"],
+        "{logs:#?}"
+    );
+    let w = warnings(&logs, "the keys in force stay");
+    assert_eq!(w.len(), 1, "{logs:#?}");
+    assert!(
+        w[0].contains("line 1") && w[0].contains("64 hex characters"),
+        "{}",
+        w[0]
+    );
+    let wire = tap.captured();
+    let mac: Vec<&Vec<u8>> = wire.iter().filter(|d| d[3] == 1).collect();
+    assert_eq!(
+        mac.len(),
+        wire.len(),
+        "every datagram MAC-keyed, none encrypted"
+    );
 }

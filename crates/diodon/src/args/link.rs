@@ -35,7 +35,7 @@ pub struct LinkArgs {
     pub interleave: Option<u8>,
     /// Pre-shared key: 32 raw bytes or 64 hex characters (keyed MAC instead
     /// of CRC32C), or the lines `current ID HEX` and `next ID HEX` for a
-    /// key rollover (with --encrypt).
+    /// key rollover. Read again on SIGHUP (`systemctl reload`).
     #[arg(long, value_name = "FILE")]
     pub key_file: Option<PathBuf>,
     /// Encrypt every datagram (ChaCha20-Poly1305 with a key per session
@@ -43,7 +43,7 @@ pub struct LinkArgs {
     /// it; a receiver with it refuses datagrams that are not encrypted.
     #[arg(long)]
     pub encrypt: bool,
-    /// Sender, with --encrypt and a key file holding a `next` key: seal with
+    /// Sender, with a key file holding a `next` key: seal with
     /// the next key from this long after the start (`0s`: at once; `90s`,
     /// `30m`, `12h`, `7d`). The receiver opens both keys.
     #[arg(long, value_name = "DURATION")]
