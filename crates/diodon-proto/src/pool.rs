@@ -1,29 +1,52 @@
 //! A small free list of byte buffers, so block-sized allocations (hundreds
 //! of KiB, which the allocator serves from fresh zeroed pages every time)
 //! are reused instead of page-faulted in for every block.
+//!
+//! A buffer is handed out again only for a request of about its size (up
+//! to twice the request): a short block never holds a full block's memory.
+//! Otherwise every short last block of many small channels in flight (the
+//! sync's bundles) kept a full block's capacity, and the pool's free list
+//! grew to hundreds of them. The pool is bounded in buffers and in bytes.
 
-/// Reusable byte buffers, at most `max` kept.
+/// Reusable byte buffers, at most `max` kept and `max_bytes` of capacity.
 #[derive(Debug, Default)]
 pub struct BufferPool {
     free: Vec<Vec<u8>>,
     max: usize,
+    max_bytes: usize,
+    bytes: usize,
 }
 
 impl BufferPool {
     /// A pool keeping at most `max` buffers.
     pub fn new(max: usize) -> Self {
+        Self::with_byte_limit(max, usize::MAX)
+    }
+
+    /// A pool keeping at most `max` buffers of at most `max_bytes` of
+    /// capacity together.
+    pub fn with_byte_limit(max: usize, max_bytes: usize) -> Self {
         BufferPool {
             free: Vec::new(),
             max,
+            max_bytes,
+            bytes: 0,
         }
     }
 
     /// A buffer holding `prefix` followed by zeros up to `len` bytes.
     pub fn take_with(&mut self, prefix: &[u8], len: usize) -> Vec<u8> {
         debug_assert!(prefix.len() <= len);
-        let mut v = self.free.pop().unwrap_or_default();
+        let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= 2 * len.max(4096);
+        let mut v = match self.free.iter().rposition(fits) {
+            Some(i) => {
+                let v = self.free.swap_remove(i);
+                self.bytes -= v.capacity();
+                v
+            }
+            None => Vec::with_capacity(len),
+        };
         v.clear();
-        v.reserve(len);
         v.extend_from_slice(prefix);
         v.resize(len, 0);
         v
@@ -31,9 +54,16 @@ impl BufferPool {
 
     /// Returns a buffer for reuse.
     pub fn put(&mut self, buffer: Vec<u8>) {
-        if self.free.len() < self.max && buffer.capacity() > 0 {
+        let cap = buffer.capacity();
+        if self.free.len() < self.max && cap > 0 && self.bytes + cap <= self.max_bytes {
+            self.bytes += cap;
             self.free.push(buffer);
         }
+    }
+
+    /// Capacity of the buffers kept for reuse, in bytes.
+    pub fn kept_bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -50,5 +80,32 @@ mod tests {
         p.put(a);
         let b = p.take_with(b"x", 4);
         assert_eq!(b, b"x\0\0\0");
+    }
+
+    #[test]
+    fn a_short_request_never_gets_a_full_blocks_buffer() {
+        let mut p = BufferPool::new(8);
+        let big = p.take_with(&[], 363_000);
+        let ptr = big.as_ptr();
+        p.put(big);
+        let small = p.take_with(&[], 20_000);
+        assert!(
+            small.capacity() < 363_000,
+            "a short block holds a full block's memory"
+        );
+        p.put(small);
+        let again = p.take_with(&[], 363_000);
+        assert_eq!(again.as_ptr(), ptr, "the full block's buffer is reused");
+    }
+
+    #[test]
+    fn the_pool_is_bounded_in_bytes() {
+        let mut p = BufferPool::with_byte_limit(100, 1 << 20);
+        let bufs: Vec<Vec<u8>> = (0..8).map(|_| p.take_with(&[], 300_000)).collect();
+        for b in bufs {
+            p.put(b);
+        }
+        assert!(p.kept_bytes() <= 1 << 20, "{}", p.kept_bytes());
+        assert_eq!(p.kept_bytes(), 3 * 300_000);
     }
 }

@@ -527,7 +527,7 @@ impl Sender {
             beacon_due: now,
             buffered: 0,
             fec: ReedSolomon::new(),
-            pool: BufferPool::new(usize::from(u8::MAX) * 2),
+            pool: BufferPool::with_byte_limit(usize::from(u8::MAX) * 2, config.buffer_limit),
             short_repair: HashMap::new(),
             events: VecDeque::new(),
             stats: SenderStats::default(),
