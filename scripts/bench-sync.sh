@@ -55,7 +55,7 @@ TB="$ROOT/scripts/testbed.sh"
 while [[ $# -gt 0 ]]; do
     case $1 in
     --total) TOTAL=${2:?}; shift 2 ;;
-    --profiles) PROFILES=${2:?}; shift 2 ;;
+    --profiles) PROFILES=${2?}; shift 2 ;;
     --scan-files) SCAN_FILES=${2:?}; shift 2 ;;
     --repair) REPAIR=${2:?}; shift 2 ;;
     --mtu) MTU=${2:?}; shift 2 ;;
@@ -216,7 +216,9 @@ SCAN_ROW=""
 if [[ $SCAN_FILES -gt 0 ]]; then
     IMG="$WORK/scan.img" MNT="$WORK/scan"
     mkdir -p "$MNT"
-    truncate -s $((SCAN_FILES / 1000 * 330 + 2000000000)) "$IMG"
+    # Sparse: ext4 holds at most one inode per block, so the image has a block
+    # per file (4 KiB) and room beside; only what is written takes disk.
+    truncate -s $(((SCAN_FILES + 400000) * 4096 + 2000000000)) "$IMG"
     mkfs.ext4 -q -N $((SCAN_FILES + 200000)) -I 128 -b 4096 "$IMG"
     mount -o loop "$IMG" "$MNT"
     echo "bench-sync: scan: creating $SCAN_FILES empty files" >&2

@@ -274,6 +274,8 @@ pub struct RecvReport {
     pub mismatches: Vec<String>,
     /// `give_up_after` passed without a valid datagram.
     pub nothing_arrived: bool,
+    /// Authentic datagrams per key id (keyed modes; ascending ids).
+    pub key_use: Vec<(u8, u64)>,
 }
 
 impl RecvReport {
@@ -394,6 +396,7 @@ pub fn run_receiver_on<S: Sink>(
     stop.store(true, Ordering::Relaxed);
     drop(net_rx);
     let stats = dec.core.stats();
+    let key_use = dec.core.key_use();
     if let Ok(mut snap) = progress.snapshot.lock() {
         *snap = stats.clone();
     }
@@ -431,6 +434,7 @@ pub fn run_receiver_on<S: Sink>(
         sessions,
         mismatches,
         nothing_arrived,
+        key_use,
     })
 }
 

@@ -26,6 +26,7 @@ use diodon_counters::{CounterSet, Snapshot};
 use diodon_io::{SenderCounters, UdpSnmp};
 use diodon_proto::{ReceiverStats, SenderStats};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -313,6 +314,10 @@ pub struct RecvSummary {
     pub rcvbuf: usize,
     /// Configuration mismatches the beacons revealed.
     pub mismatches: Vec<String>,
+    /// Authentic datagrams per key id, the id as a string (keyed modes;
+    /// left out without a key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub keys: BTreeMap<String, u64>,
     /// Socket setup warnings.
     pub warnings: Vec<String>,
     /// Every channel's verdict.
@@ -385,6 +390,11 @@ impl RecvSummary {
             queue_full_waits: r.queue_full,
             rcvbuf: r.rcvbuf,
             mismatches: r.mismatches.clone(),
+            keys: r
+                .key_use
+                .iter()
+                .map(|(id, n)| (id.to_string(), *n))
+                .collect(),
             warnings: r.warnings.iter().map(ToString::to_string).collect(),
             channels: r.channels.clone(),
             core: r.stats.snapshot(),
@@ -708,6 +718,7 @@ mod tests {
             sessions: vec!["ab".into()],
             mismatches: Vec::new(),
             nothing_arrived: false,
+            key_use: Vec::new(),
             channels_verified: 0,
             channels_failed: 0,
             verified_bytes: 0,

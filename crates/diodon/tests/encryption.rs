@@ -425,6 +425,13 @@ fn keys_read_again_on_sighup_roll_a_running_mac_link_over_and_retire_the_old_key
     let rc = unsafe { libc::kill(libc::pid_t::try_from(rx.id()).unwrap(), libc::SIGINT) };
     assert_eq!(rc, 0);
     let rx = rx.wait_with_output().unwrap();
+    let summary: Value = String::from_utf8_lossy(&rx.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap();
+    assert_eq!(summary["keys"]["1"].as_u64(), Some(one), "{summary:#}");
+    assert!(summary["keys"]["2"].as_u64().unwrap() > two, "{summary:#}");
     let logs: Vec<Value> = String::from_utf8_lossy(&rx.stderr)
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
