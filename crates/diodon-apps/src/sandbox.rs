@@ -1,6 +1,7 @@
 //! What a gateway process may still do once its privileged setup is done:
-//! the policy of `diodon recv` and `diodon send`, decided from the run's
-//! settings; `diodon_io::sandbox` carries it out.
+//! the policy of `diodon recv`, `diodon send`, `diodon sync` and `diodon
+//! tunnel send`, decided from the run's settings; `diodon_io::sandbox`
+//! carries it out.
 //!
 //! ```text
 //!  RecvOutput / SendSources + metrics + config files ─► recv_policy / send_policy ─► Restrictions
@@ -13,6 +14,8 @@
 //!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
 //!                       agents, so this output also keeps its capabilities)
 //!  sender, Landlock:    read   the given paths, config, key, /proc/self, /sys net stats; no write
+//!  tunnel send:         read   config, key, /proc/self (the TUN's tx_dropped in net/dev);
+//!                              no write; the TUN's queues are open (read, poll: Base)
 //!  sync, Landlock:      read   its sources, config, key, /proc/self, /sys net stats
 //!                       write  the state database's folder (database, WAL, shared memory);
 //!                              with --after-send the sources (delete) and the move folder
@@ -131,6 +134,9 @@ pub enum SendSources {
     Tcp,
     /// UDP flows (the socket is bound already).
     Udp,
+    /// IP packets from a TUN (`diodon tunnel send`; its queues are open
+    /// already: reads and polls on them are in [`Syscalls::Base`]).
+    Tun,
 }
 
 /// The sender's restrictions: it reads its sources and writes nothing.
@@ -142,13 +148,15 @@ pub fn send_policy(sources: &SendSources, o: &SandboxOptions) -> Restrictions {
     let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpSend];
     match sources {
         SendSources::Paths(p) => landlock.read.extend(p.iter().cloned()),
-        SendSources::Stdin => {}
+        SendSources::Stdin | SendSources::Tun => {}
         SendSources::Tcp => syscalls.push(Syscalls::TcpAccept),
         SendSources::Udp => syscalls.push(Syscalls::UdpReceive),
     }
     if o.metrics {
         syscalls.push(Syscalls::TcpAccept);
     }
+    // A TUN's tx_dropped is read from /proc/thread-self/net/dev, below
+    // /proc/self: /sys only for the metrics' link counters.
     landlock.read.extend(counters_read(o.metrics));
     restrictions(o, true, landlock, syscalls)
 }
@@ -332,6 +340,25 @@ mod tests {
         assert!(c.landlock.read.contains(&"/data/out".into()));
         assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
         assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+    }
+
+    #[test]
+    fn the_tunnel_sender_reads_its_open_tun_and_writes_nothing() {
+        let r = send_policy(&SendSources::Tun, &SandboxOptions::default());
+        assert!(r.drop_capabilities, "the TUN is open and up before");
+        let c = r.confine.expect("confined");
+        assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
+        assert_eq!(c.landlock.read, vec![PathBuf::from("/proc/self")]);
+        assert!(c.landlock.tcp_connect.is_empty());
+        assert!(c.syscalls.contains(&Syscalls::UdpSend));
+        for no in [
+            Syscalls::WriteFiles,
+            Syscalls::NetDevices,
+            Syscalls::UdpReceive,
+            Syscalls::TcpAccept,
+        ] {
+            assert!(!c.syscalls.contains(&no), "{no:?}");
+        }
     }
 
     #[test]

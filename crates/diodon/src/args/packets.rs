@@ -1,7 +1,7 @@
 //! The flags of packet traffic: `diodon tap`, `diodon agent` (mirrored
 //! traffic) and `diodon tunnel` (the one-way IP tunnel).
 
-use super::link::LinkArgs;
+use super::link::{LinkArgs, SandboxArgs};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -175,6 +175,9 @@ pub struct TunnelSendArgs {
     /// Never use UDP GSO.
     #[arg(long)]
     pub no_gso: bool,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,
