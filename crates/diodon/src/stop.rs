@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Sets the returned flag on SIGINT/SIGTERM; a second signal exits at once.
 pub fn stop_flag() -> Arc<AtomicBool> {
@@ -26,4 +27,16 @@ pub fn on_signal(stop: &Arc<AtomicBool>) {
             std::process::exit(130);
         }
     });
+}
+
+/// Sets `stop` after `secs` seconds (`--duration`), from a thread started
+/// now (a sandboxed command calls it once it is restricted).
+pub fn stop_after(secs: Option<f64>, stop: &Arc<AtomicBool>) {
+    if let Some(d) = secs {
+        let s = Arc::clone(stop);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+            s.store(true, Ordering::Relaxed);
+        });
+    }
 }

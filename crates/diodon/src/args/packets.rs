@@ -67,6 +67,9 @@ pub struct TapArgs {
     /// Serve Prometheus metrics over HTTP here.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings (for --to), --config and --json.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -114,6 +117,9 @@ pub struct AgentArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// `diodon tunnel`.
