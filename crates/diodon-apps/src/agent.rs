@@ -18,6 +18,12 @@
 //! ring dropped plus what the output lost, over what reached the agent.
 //! An interface that goes away ends the run with an error (exit 3) and the
 //! counters up to then.
+//!
+//! **Privilege.** The ring and the output (TAP created and up, pcap folder
+//! and first file, Unix socket connected) are opened first; then the
+//! caller's `restrict` runs (`crate::sandbox::agent_policy`), then the
+//! loop. Nothing is opened again: an interface or output that goes away
+//! ends the run, so the process keeps no capability.
 
 use crate::frames_out::{FrameOut, FrameOutError, FrameTarget};
 use crate::report::Exit;
@@ -124,6 +130,13 @@ pub enum AgentError {
     /// The output.
     #[error(transparent)]
     Output(#[from] FrameOutError),
+    /// The process could not restrict itself once set up.
+    #[error("restricting the process: {0}")]
+    Sandbox(String),
+    /// The metrics endpoint could not start (its text: `metrics` uses
+    /// this module's counters, so not its type).
+    #[error("metrics: {0}")]
+    Metrics(String),
 }
 
 /// What an agent run did.
@@ -244,9 +257,12 @@ fn one_block(
 }
 
 /// Runs the agent until `stop` or an error of its interface or output;
-/// `watch` is called about every 100 ms.
+/// `watch` is called about every 100 ms. `restrict` is called once the
+/// ring and the output are open, before the first frame (the caller
+/// applies its sandbox there and may start its own threads after it).
 pub fn run_agent(
     job: &AgentJob,
+    restrict: impl FnOnce() -> Result<(), AgentError>,
     mut watch: impl FnMut(&AgentStats),
 ) -> Result<AgentSummary, AgentError> {
     let mut cfg = RingConfig::new(job.interface.clone());
@@ -262,6 +278,7 @@ pub fn run_agent(
     let own = diodon_io::packet::interface_mac(&job.interface).map_err(capture)?;
     let mut ring = CaptureRing::open(&cfg).map_err(capture)?;
     let mut out = FrameOut::open(&job.target)?;
+    restrict()?;
     tracing::info!(interface = %job.interface, target = ?job.target, "agent running");
     let cpu0 = process_cpu_seconds();
     let clock = MonotonicClock::new();

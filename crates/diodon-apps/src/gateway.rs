@@ -29,7 +29,8 @@ use crate::send::{run_sender_on, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
 use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
 use crate::tunnel::{
-    serve_tunnel, TunSink, TunnelSinkStats, TunnelSourceOptions, TunnelSourceStats,
+    open_tunnel, serve_opened_tunnel, serve_tunnel, OpenedTun, TunSink, TunnelSinkStats,
+    TunnelSourceOptions, TunnelSourceStats,
 };
 use crate::udp_flow::{
     open_udp_source, serve_udp, serve_udp_on, UdpForwardSink, UdpForwardStats, UdpSourceOptions,
@@ -176,7 +177,8 @@ pub fn run_send(
 
 /// A sender whose privileged setup is done and that has started nothing:
 /// its socket is bound and sized, the UDP flows' listening socket bound,
-/// its metrics listener bound (see [`OpenedRecv`]).
+/// the tunnel's TUN opened and up, its metrics listener bound (see
+/// [`OpenedRecv`]).
 #[derive(Debug)]
 pub struct OpenedSend {
     opts: SendOptions,
@@ -190,6 +192,7 @@ pub struct OpenedSend {
 enum OpenedInput {
     Ready(SendInput),
     Udp(Box<(BatchReceiver, UdpSourceOptions)>),
+    Tunnel(Box<(OpenedTun, TunnelSourceOptions)>),
 }
 
 /// Does everything of a sender's run that may need privilege (see
@@ -209,6 +212,13 @@ pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
         SendInput::Udp(o) => {
             let sock = open_udp_source(&o).map_err(PipelineError::from)?;
             OpenedInput::Udp(Box::new((sock, o)))
+        }
+        SendInput::Tunnel(o) => {
+            let tun = open_tunnel(&o).map_err(|e| GatewayError::Io {
+                what: "the tunnel's TUN".into(),
+                source: std::io::Error::other(e),
+            })?;
+            OpenedInput::Tunnel(Box::new((tun, o)))
         }
         other => OpenedInput::Ready(other),
     };
@@ -243,7 +253,7 @@ impl OpenedSend {
         }
         let udp_stats =
             matches!(input, OpenedInput::Udp(..)).then(|| Arc::new(UdpSourceStats::default()));
-        let tunnel_stats = matches!(input, OpenedInput::Ready(SendInput::Tunnel(_)))
+        let tunnel_stats = matches!(input, OpenedInput::Tunnel(..))
             .then(|| Arc::new(TunnelSourceStats::default()));
         if let Some(m) = metrics {
             m.serve(metrics::Source::Send {
@@ -259,37 +269,7 @@ impl OpenedSend {
         let source_tunnel = tunnel_stats.clone();
         let source = thread::Builder::new()
             .name("diodon-source".into())
-            .spawn(move || -> usize {
-                let failed = |what: &str, e: &dyn std::fmt::Display| {
-                    tracing::error!("{what}: {e}");
-                    1
-                };
-                match input {
-                    OpenedInput::Udp(udp) => {
-                        let (sock, o) = *udp;
-                        let st = source_stats.unwrap_or_default();
-                        serve_udp_on(sock, &o, &handle, &source_stop, &st)
-                            .map_or_else(|e| failed("UDP listener", &e), |()| 0)
-                    }
-                    OpenedInput::Ready(SendInput::Udp(o)) => {
-                        let st = source_stats.unwrap_or_default();
-                        serve_udp(&o, &handle, &source_stop, &st)
-                            .map_or_else(|e| failed("UDP listener", &e), |()| 0)
-                    }
-                    OpenedInput::Ready(SendInput::Tunnel(o)) => {
-                        let st = source_tunnel.unwrap_or_default();
-                        serve_tunnel(&o, &handle, &source_stop, &st)
-                            .map_or_else(|e| failed("tunnel", &e), |()| 0)
-                    }
-                    OpenedInput::Ready(SendInput::Tcp(l)) => serve_tcp(&l, &handle, &source_stop)
-                        .map_or_else(|e| failed("TCP listener", &e), |()| 0),
-                    OpenedInput::Ready(SendInput::Stdin) => {
-                        send_reader(std::io::stdin().lock(), "stdin", &handle)
-                            .map_or_else(|e| failed("stdin", &e), |_| 0)
-                    }
-                    OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, &handle),
-                }
-            })
+            .spawn(move || run_source(input, &handle, &source_stop, source_stats, source_tunnel))
             .map_err(GatewayError::io("starting the source thread"))?;
 
         let before = UdpSnmp::read().ok();
@@ -315,6 +295,52 @@ impl OpenedSend {
         summary.udp_source = udp_stats.map(|s| s.snapshot());
         summary.tunnel = tunnel_stats.map(|s| s.snapshot());
         Ok(summary)
+    }
+}
+
+/// The source thread's work: reads `input` into the core until it ends or
+/// `stop`; returns the number of sources that failed (0 or 1).
+fn run_source(
+    input: OpenedInput,
+    handle: &crate::send::SourceHandle,
+    stop: &Arc<AtomicBool>,
+    udp_stats: Option<Arc<UdpSourceStats>>,
+    tunnel_stats: Option<Arc<TunnelSourceStats>>,
+) -> usize {
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::error!("{what}: {e}");
+        1
+    };
+    match input {
+        OpenedInput::Udp(udp) => {
+            let (sock, o) = *udp;
+            let st = udp_stats.unwrap_or_default();
+            serve_udp_on(sock, &o, handle, stop, &st)
+                .map_or_else(|e| failed("UDP listener", &e), |()| 0)
+        }
+        OpenedInput::Ready(SendInput::Udp(o)) => {
+            let st = udp_stats.unwrap_or_default();
+            serve_udp(&o, handle, stop, &st).map_or_else(|e| failed("UDP listener", &e), |()| 0)
+        }
+        OpenedInput::Tunnel(tunnel) => {
+            let (tun, o) = *tunnel;
+            let st = tunnel_stats.unwrap_or_default();
+            serve_opened_tunnel(tun, &o, handle, stop, &st)
+                .map_or_else(|e| failed("tunnel", &e), |()| 0)
+        }
+        // `open_send` opens every tunnel; kept for a source given as ready.
+        OpenedInput::Ready(SendInput::Tunnel(o)) => {
+            let st = tunnel_stats.unwrap_or_default();
+            serve_tunnel(&o, handle, stop, &st).map_or_else(|e| failed("tunnel", &e), |()| 0)
+        }
+        OpenedInput::Ready(SendInput::Tcp(l)) => {
+            serve_tcp(&l, handle, stop).map_or_else(|e| failed("TCP listener", &e), |()| 0)
+        }
+        OpenedInput::Ready(SendInput::Stdin) => {
+            send_reader(std::io::stdin().lock(), "stdin", handle)
+                .map_or_else(|e| failed("stdin", &e), |_| 0)
+        }
+        OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, handle),
     }
 }
 

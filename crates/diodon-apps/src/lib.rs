@@ -21,7 +21,7 @@
 //!
 //! Modules: [`send`] and [`recv`] (the one-way pipelines), [`deltat`] (the
 //! Delta-t driver and file exchange), [`gateway`] (one run of a side, front
-//! to back), [`report`] (summaries, exit codes), [`link`] (link settings),
+//! to back), [`report`] (summaries, exit codes), [`link`] (link settings), [`key_file`] (the pre-shared key file, read again on SIGHUP),
 //! [`outcome`] (channel keys and verdicts), [`names`] (channel-name
 //! sanitizer), [`outdir`] (directories under the output folder, never
 //! through a symlink), [`sink_error`] (why a sink refuses or gives up a channel),
@@ -54,6 +54,7 @@ pub mod gateway;
 pub mod guard;
 pub mod health;
 pub mod held;
+pub mod key_file;
 pub mod link;
 pub mod metrics;
 pub mod mirror;

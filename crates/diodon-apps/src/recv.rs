@@ -24,7 +24,7 @@
 //! sink like any other verdict (quarantine, reset connection).
 
 use crate::health::{self, HealthMonitor, LinkHealth};
-use crate::link::KeyReload;
+use crate::key_file::KeyReload;
 pub use crate::outcome::{ChannelKey, ChannelOutcome, OutcomeTally, Verdict};
 pub use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use crate::status::StatusBoard;

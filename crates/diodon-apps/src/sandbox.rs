@@ -1,10 +1,13 @@
-//! What a gateway process may still do once its privileged setup is done:
-//! the policy of `diodon recv` and `diodon send`, decided from the run's
-//! settings; `diodon_io::sandbox` carries it out.
+//! What a process may still do once its privileged setup is done: the
+//! policy of `diodon recv`, `send`, `sync`, `tunnel send`, `tap` and
+//! `agent`, decided from the run's settings; `diodon_io::sandbox` carries
+//! it out.
 //!
 //! ```text
 //!  RecvOutput / SendSources + metrics + config files ─► recv_policy / send_policy ─► Restrictions
 //!  open_recv / open_send (privileged) ─► apply(Restrictions) ─► self_test ─► OpenedRecv/Send::run
+//!  TapJob / FrameTarget ─► tap_policy / agent_policy; run_tap / run_agent open their rings and
+//!  outputs, then call the caller's `restrict` (apply) before any thread of theirs starts
 //!
 //!  receiver, Landlock:  read   config, key file's folder, /proc/self (UDP MIB, CPU), /sys net stats (metrics,
 //!                              TUN, TAP)
@@ -13,14 +16,27 @@
 //!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
 //!                       agents, so this output also keeps its capabilities)
 //!  sender, Landlock:    read   the given paths, config, key file's folder, /proc/self, /sys net stats; no write
+//!  tunnel send:         read   config, key file's folder, /proc/self (the TUN's tx_dropped in net/dev);
+//!                              no write; the TUN's queues are open (read, poll: Base)
+//!  tap, Landlock:       read   config, key file's folder, the rule file's folder (SIGHUP reload), /proc/self;
+//!                              no write; rings, raw senders, UDP socket open before
+//!  agent, Landlock:     read   config, /proc/self, /sys net stats (a TAP output's rx_dropped)
+//!                       write  --pcap-out folder (rotation makes new files there); a TAP's
+//!                              device and a Unix socket are open (connected) before
 //!  sync, Landlock:      read   its sources, config, key file's folder, /proc/self, /sys net stats
 //!                       write  the state database's folder (database, WAL, shared memory);
 //!                              with --after-send the sources (delete) and the move folder
 //!  seccomp groups:      Base + ReadFiles always; UdpReceive | UdpSend; WriteFiles for files
 //!                       out; TcpConnect / UdpSockets for forwarding outputs; TcpAccept for
 //!                       --metrics and --tcp-listen; NetDevices for --tap-out; WriteFiles and
-//!                       Watch (inotify) for sync
+//!                       Watch (inotify) for sync; UdpReceive for a capture ring's statistics
+//!                       and errors (getsockopt) in tap and agent; UdpSend for the tap's raw
+//!                       senders (sendmmsg) and an agent's Unix socket (send is sendto)
 //! ```
+//!
+//! No command here keeps a capability but a `--tap-out` receiver: nothing
+//! else opens an interface or a device after it started (a tap or agent
+//! whose interface or output goes away stops with an error, exit 3).
 //!
 //! `DIODON_SANDBOX_SELFTEST` (a test hook, not a setting): after the
 //! sandbox is applied, the process tries what the variable lists
@@ -30,10 +46,12 @@
 //! denied what its policy does not grant.
 
 use crate::files::STAGING;
+use crate::frames_out::FrameTarget;
 use crate::gateway::RecvOutput;
 use crate::packet_sink::PacketOutput;
 use crate::quarantine::QUARANTINE;
 use crate::sync::{AfterSend, SyncOptions};
+use crate::tap::TapJob;
 use diodon_io::sandbox::{
     Applied, Confinement, Landlock, Restrictions, SandboxError, Syscalls, User,
 };
@@ -132,6 +150,9 @@ pub enum SendSources {
     Tcp,
     /// UDP flows (the socket is bound already).
     Udp,
+    /// IP packets from a TUN (`diodon tunnel send`; its queues are open
+    /// already: reads and polls on them are in [`Syscalls::Base`]).
+    Tun,
 }
 
 /// The sender's restrictions: it reads its sources and writes nothing.
@@ -143,13 +164,15 @@ pub fn send_policy(sources: &SendSources, o: &SandboxOptions) -> Restrictions {
     let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpSend];
     match sources {
         SendSources::Paths(p) => landlock.read.extend(p.iter().cloned()),
-        SendSources::Stdin => {}
+        SendSources::Stdin | SendSources::Tun => {}
         SendSources::Tcp => syscalls.push(Syscalls::TcpAccept),
         SendSources::Udp => syscalls.push(Syscalls::UdpReceive),
     }
     if o.metrics {
         syscalls.push(Syscalls::TcpAccept);
     }
+    // A TUN's tx_dropped is read from /proc/thread-self/net/dev, below
+    // /proc/self: /sys only for the metrics' link counters.
     landlock.read.extend(counters_read(o.metrics));
     restrictions(o, true, landlock, syscalls)
 }
@@ -164,11 +187,7 @@ pub fn sync_policy(opts: &SyncOptions, o: &SandboxOptions) -> Restrictions {
     };
     let roots = opts.scan.roots.iter().map(|r| r.path.clone());
     // SQLite writes the database, its WAL and shared memory beside it.
-    let state_dir = match opts.state.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    landlock.write.push(state_dir);
+    landlock.write.push(folder_of(&opts.state));
     match &opts.after_send {
         None => landlock.read.extend(roots),
         Some(after) => {
@@ -187,6 +206,69 @@ pub fn sync_policy(opts: &SyncOptions, o: &SandboxOptions) -> Restrictions {
     }
     landlock.read.extend(counters_read(o.metrics));
     restrictions(o, true, landlock, syscalls)
+}
+
+/// The tap's restrictions: its rings, raw senders and UDP socket are open;
+/// it reads its rule file again on SIGHUP and writes nothing.
+pub fn tap_policy(job: &TapJob, o: &SandboxOptions) -> Restrictions {
+    let mut landlock = Landlock {
+        read: o.config_files.clone(),
+        ..Landlock::default()
+    };
+    if let Some(rules) = &job.rules {
+        // Its folder, not the file: an editor or a deployment tool replaces
+        // the file by a rename, a new inode a rule on the old one misses.
+        landlock.read.push(folder_of(rules));
+    }
+    // The rings' statistics and errors (getsockopt).
+    let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpReceive];
+    if job.encap.is_some() || job.diode.is_some() {
+        // sendmmsg on the raw senders; the one-way sender's UDP socket.
+        syscalls.push(Syscalls::UdpSend);
+    }
+    if o.metrics {
+        syscalls.push(Syscalls::TcpAccept);
+    }
+    landlock.read.extend(counters_read(o.metrics));
+    restrictions(o, true, landlock, syscalls)
+}
+
+/// The agent's restrictions: its ring and output are open; a pcap output
+/// writes (and rotates) in its folder, a TAP's drops are read from /sys,
+/// a Unix socket is connected already (no connect is allowed after, so
+/// its path needs no rule; Landlock up to ABI 6 has none for connecting
+/// to a named socket).
+pub fn agent_policy(target: &FrameTarget, o: &SandboxOptions) -> Restrictions {
+    let mut landlock = Landlock {
+        read: o.config_files.clone(),
+        ..Landlock::default()
+    };
+    // The ring's statistics and errors (getsockopt).
+    let mut syscalls = vec![Syscalls::ReadFiles, Syscalls::UdpReceive];
+    let mut links = o.metrics;
+    match target {
+        FrameTarget::Pcap { dir, .. } => {
+            landlock.write.push(dir.clone());
+            syscalls.push(Syscalls::WriteFiles);
+        }
+        // write(2) on the open device: Base.
+        FrameTarget::Tap(_) => links = true,
+        // send(2) is sendto(2).
+        FrameTarget::Socket(_) => syscalls.push(Syscalls::UdpSend),
+    }
+    if o.metrics {
+        syscalls.push(Syscalls::TcpAccept);
+    }
+    landlock.read.extend(counters_read(links));
+    restrictions(o, true, landlock, syscalls)
+}
+
+/// The folder a file is in (`.` for a bare name).
+fn folder_of(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 fn restrictions(
@@ -333,6 +415,106 @@ mod tests {
         assert!(c.landlock.read.contains(&"/data/out".into()));
         assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
         assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+    }
+
+    #[test]
+    fn the_tunnel_sender_reads_its_open_tun_and_writes_nothing() {
+        let r = send_policy(&SendSources::Tun, &SandboxOptions::default());
+        assert!(r.drop_capabilities, "the TUN is open and up before");
+        let c = r.confine.expect("confined");
+        assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
+        assert_eq!(c.landlock.read, vec![PathBuf::from("/proc/self")]);
+        assert!(c.landlock.tcp_connect.is_empty());
+        assert!(c.syscalls.contains(&Syscalls::UdpSend));
+        for no in [
+            Syscalls::WriteFiles,
+            Syscalls::NetDevices,
+            Syscalls::UdpReceive,
+            Syscalls::TcpAccept,
+        ] {
+            assert!(!c.syscalls.contains(&no), "{no:?}");
+        }
+    }
+
+    fn tap_job(rules: Option<&str>, encap: bool) -> TapJob {
+        TapJob {
+            interface: "eth1".into(),
+            workers: 1,
+            ring_block: 1 << 20,
+            ring_blocks: 2,
+            rules: rules.map(PathBuf::from),
+            flow: diodon_filter::FlowMode::FiveTuple,
+            agents: Vec::new(),
+            encap: encap.then(|| crate::tap::EncapOptions {
+                interface: "eth2".into(),
+                ethertype: 0xf1f0,
+            }),
+            diode: None,
+            reload_on_hangup: true,
+            stop: std::sync::Arc::default(),
+            stats: std::sync::Arc::default(),
+            progress: std::sync::Arc::default(),
+            capture_only: false,
+        }
+    }
+
+    #[test]
+    fn the_tap_reads_its_rule_folder_writes_nothing_and_keeps_no_capability() {
+        let r = tap_policy(
+            &tap_job(Some("/etc/diodon/rules.acl"), true),
+            &SandboxOptions::default(),
+        );
+        assert!(r.drop_capabilities);
+        let c = r.confine.expect("confined");
+        assert!(c.landlock.read.contains(&"/etc/diodon".into()));
+        assert!(!c.landlock.read.contains(&"/sys/class/net".into()));
+        assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
+        assert!(c.syscalls.contains(&Syscalls::UdpReceive));
+        assert!(c.syscalls.contains(&Syscalls::UdpSend), "the raw senders");
+        for no in [
+            Syscalls::WriteFiles,
+            Syscalls::NetDevices,
+            Syscalls::UdpSockets,
+        ] {
+            assert!(!c.syscalls.contains(&no), "{no:?}");
+        }
+        // A bare rule file name: the working folder; capture only sends nothing.
+        let r = tap_policy(
+            &tap_job(Some("rules.acl"), false),
+            &SandboxOptions::default(),
+        );
+        let c = r.confine.expect("confined");
+        assert!(c.landlock.read.contains(&".".into()));
+        assert!(!c.syscalls.contains(&Syscalls::UdpSend));
+    }
+
+    #[test]
+    fn the_agent_writes_only_its_pcap_folder_and_keeps_no_capability() {
+        let o = SandboxOptions::default();
+        let pcap = crate::frames_out::pcap_target(
+            Path::new("/srv/pcap"),
+            "frames",
+            1 << 20,
+            std::time::Duration::ZERO,
+        );
+        let r = agent_policy(&pcap, &o);
+        assert!(r.drop_capabilities);
+        let c = r.confine.expect("confined");
+        assert_eq!(c.landlock.write, vec![PathBuf::from("/srv/pcap")]);
+        assert!(c.syscalls.contains(&Syscalls::WriteFiles));
+        let tap = agent_policy(&FrameTarget::Tap("tap0".into()), &o);
+        assert!(tap.drop_capabilities, "the TAP is open and up before");
+        let c = tap.confine.expect("confined");
+        assert!(c.landlock.write.is_empty() && c.landlock.devices.is_empty());
+        assert!(c.landlock.read.contains(&"/sys/class/net".into()));
+        assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+        assert!(!c.syscalls.contains(&Syscalls::NetDevices));
+        let sock = agent_policy(&FrameTarget::Socket("/run/ids.sock".into()), &o);
+        let c = sock.confine.expect("confined");
+        assert!(c.landlock.write.is_empty());
+        assert!(c.syscalls.contains(&Syscalls::UdpSend));
+        assert!(!c.syscalls.contains(&Syscalls::UdpSockets), "no new socket");
+        assert!(!c.syscalls.contains(&Syscalls::TcpConnect));
     }
 
     #[test]

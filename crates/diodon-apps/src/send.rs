@@ -16,7 +16,7 @@
 //! is idle, the thread lingers a few beacons (so the receiver sees the final
 //! channel table) and returns its [`SendReport`].
 
-use crate::link::KeyReload;
+use crate::key_file::KeyReload;
 use crate::PipelineError;
 use diodon_io::{
     BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, MAX_GSO_SEGMENTS,

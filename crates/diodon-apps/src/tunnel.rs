@@ -28,6 +28,13 @@
 //! never carried. Nothing else in the pipeline drops: the readers never
 //! block, everything after the queue blocks its producer.
 //!
+//! **Privilege.** The sending side opens in two halves: [`open_tunnel`]
+//! (the backpressure probe, the TUN's queues, txqueuelen, MTU, link up)
+//! needs `CAP_NET_ADMIN` and starts no thread; [`serve_opened_tunnel`]
+//! only reads and polls the open queues and reads `tx_dropped` from the
+//! process's own `/proc`, so the process restricts itself in between
+//! (`crate::sandbox::send_policy` with `SendSources::Tun`).
+//!
 //! **Latency.** The queue is sized in time at the link rate (default 30 ms);
 //! the core's buffer holds two interleave groups; a partial block waits at
 //! most the flush delay. Routing is the operator's: the receiving TUN
@@ -335,15 +342,20 @@ pub enum TunnelError {
     Thread(#[source] std::io::Error),
 }
 
-/// Reads the TUN until `stop` is set, carrying every packet as one record
-/// of one packet channel; at `stop` the queue drains and the channel
-/// finishes (its trailer carries the digest).
-pub fn serve_tunnel(
-    opts: &TunnelSourceOptions,
-    handle: &SourceHandle,
-    stop: &AtomicBool,
-    stats: &Arc<TunnelSourceStats>,
-) -> Result<(), TunnelError> {
+/// A sending side's TUN, opened and configured (the privileged half of
+/// the source: [`open_tunnel`]); [`serve_opened_tunnel`] reads it.
+#[derive(Debug)]
+pub struct OpenedTun {
+    queues: Vec<Tun>,
+    /// The interface's `tx_dropped` when it was opened.
+    base_drops: u64,
+}
+
+/// Does what the tunnel's source needs privilege for, starting no thread:
+/// logs the driver's features and (with `probe`) probes backpressure on a
+/// scratch TUN, opens (creates) the TUN's queues, sets txqueuelen and MTU,
+/// brings it up and reads its `tx_dropped` to count from.
+pub fn open_tunnel(opts: &TunnelSourceOptions) -> Result<OpenedTun, TunnelError> {
     let name = opts.tun.name.clone();
     let err = |what: &'static str| {
         let name = name.clone();
@@ -358,14 +370,6 @@ pub fn serve_tunnel(
         tun::set_mtu(&name, m).map_err(err("set MTU"))?;
     }
     tun::set_up(&name).map_err(err("bring up"))?;
-    let base_drops = tun::tx_dropped(&name).unwrap_or(0);
-    let refresh_drops = || {
-        if let Ok(d) = tun::tx_dropped(&name) {
-            stats
-                .tun_tx_dropped
-                .store(d.saturating_sub(base_drops), Ordering::Relaxed);
-        }
-    };
     tracing::info!(
         tun = %name,
         queues = queues.len(),
@@ -376,6 +380,43 @@ pub fn serve_tunnel(
         policy = ?opts.policy,
         "tunnel reading"
     );
+    Ok(OpenedTun {
+        queues,
+        base_drops: tun::tx_dropped(&name).unwrap_or(0),
+    })
+}
+
+/// Opens the TUN ([`open_tunnel`]) and reads it ([`serve_opened_tunnel`]).
+pub fn serve_tunnel(
+    opts: &TunnelSourceOptions,
+    handle: &SourceHandle,
+    stop: &AtomicBool,
+    stats: &Arc<TunnelSourceStats>,
+) -> Result<(), TunnelError> {
+    serve_opened_tunnel(open_tunnel(opts)?, opts, handle, stop, stats)
+}
+
+/// Reads the opened TUN until `stop` is set, carrying every packet as one
+/// record of one packet channel; at `stop` the queue drains and the
+/// channel finishes (its trailer carries the digest). Needs no privilege:
+/// reads and polls on the open queues, `tx_dropped` from
+/// `/proc/thread-self/net/dev`.
+pub fn serve_opened_tunnel(
+    tun: OpenedTun,
+    opts: &TunnelSourceOptions,
+    handle: &SourceHandle,
+    stop: &AtomicBool,
+    stats: &Arc<TunnelSourceStats>,
+) -> Result<(), TunnelError> {
+    let name = opts.tun.name.clone();
+    let OpenedTun { queues, base_drops } = tun;
+    let refresh_drops = || {
+        if let Ok(d) = tun::tx_dropped(&name) {
+            stats
+                .tun_tx_dropped
+                .store(d.saturating_sub(base_drops), Ordering::Relaxed);
+        }
+    };
     let queue = Arc::new(PacketQueue::new(opts.queue_bytes, opts.policy));
     let readers_stop = Arc::new(AtomicBool::new(false));
     let mut readers = Vec::new();

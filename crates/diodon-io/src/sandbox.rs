@@ -164,9 +164,13 @@ pub enum Syscalls {
     /// Create, write, fsync, rename, remove files and directories; set
     /// modes and times; filesystem free space.
     WriteFiles,
-    /// Receive on an open UDP socket (`recvmmsg`, GRO).
+    /// Receive on an open UDP socket (`recvmmsg`, GRO); also what an open
+    /// `AF_PACKET` capture ring needs once mapped (`getsockopt` for its
+    /// statistics and errors; `poll` is in [`Syscalls::Base`]).
     UdpReceive,
-    /// Send on an open UDP socket (`sendmsg` + GSO, `sendmmsg`, the error queue).
+    /// Send on an open UDP socket (`sendmsg` + GSO, `sendmmsg`, the error
+    /// queue); also `sendmmsg` on an open raw packet socket and `send` on a
+    /// connected Unix socket.
     UdpSend,
     /// Open, bind and use new UDP sockets (IPv4, IPv6).
     UdpSockets,

@@ -4,22 +4,25 @@
 //! went away).
 //!
 //! ```text
-//!  AgentArgs + AgentFile ─► AgentJob (interface, marker, TAP | pcap | socket) ─► agent::run_agent
+//!  AgentArgs + AgentFile ─► AgentJob (interface, marker, TAP | pcap | socket) + metrics bound
+//!  ─► agent::run_agent: ring and output opened ─► restrict: sandbox::apply (agent_policy),
+//!     SIGINT/SIGTERM handler, metrics served, --duration timer ─► the capture loop
 //! ```
 
 use crate::args::AgentArgs;
 use crate::config::pick;
 use crate::fatal::Fatal;
-use crate::stop::stop_flag;
+use crate::stop::{on_signal, stop_after};
 use anyhow::{anyhow, Context, Result};
-use diodon_apps::agent::{run_agent, AgentJob, AgentStats};
+use diodon_apps::agent::{run_agent, AgentError, AgentJob, AgentStats};
 use diodon_apps::frames_out::{pcap_target, FrameTarget};
 use diodon_apps::metrics::{self, Source};
 use diodon_apps::report::Exit;
+use diodon_apps::sandbox::{self, agent_policy, SandboxOptions};
 use serde::Deserialize;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,9 +43,20 @@ struct AgentFile {
     duration: Option<f64>,
     metrics: Option<SocketAddr>,
     json: Option<bool>,
+    user: Option<String>,
+    no_sandbox: Option<bool>,
 }
 
-fn build(a: &AgentArgs) -> Result<(AgentJob, Option<SocketAddr>, bool)> {
+/// An agent run as configured.
+struct Built {
+    job: AgentJob,
+    metrics: Option<SocketAddr>,
+    json: bool,
+    duration: Option<f64>,
+    sandbox: SandboxOptions,
+}
+
+fn build(a: &AgentArgs) -> Result<Built> {
     let f: AgentFile = match &a.config {
         Some(p) => {
             let text =
@@ -78,14 +92,14 @@ fn build(a: &AgentArgs) -> Result<(AgentJob, Option<SocketAddr>, bool)> {
             ))
         }
     };
-    let stop = stop_flag();
-    if let Some(d) = a.duration.or(f.duration) {
-        let s = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
-            s.store(true, Ordering::Relaxed);
-        });
-    }
+    let metrics = a.metrics.or(f.metrics);
+    let sandbox = crate::sandbox::resolve(
+        pick(a.sandbox.user.as_ref(), f.user.as_ref()),
+        a.sandbox.no_sandbox || f.no_sandbox.unwrap_or(false),
+        a.config.iter().cloned().collect(),
+        metrics.is_some(),
+    )
+    .map_err(|e| e.1)?;
     let job = AgentJob {
         interface,
         ethertype,
@@ -93,32 +107,52 @@ fn build(a: &AgentArgs) -> Result<(AgentJob, Option<SocketAddr>, bool)> {
         target,
         ring_block: 1 << 20,
         ring_blocks: a.ring_mb.or(f.ring_mb).unwrap_or(32).max(2),
-        stop,
+        // The handler is installed once the process is restricted.
+        stop: Arc::new(AtomicBool::new(false)),
         stats: Arc::new(AgentStats::default()),
     };
-    Ok((
+    Ok(Built {
         job,
-        a.metrics.or(f.metrics),
-        a.json || f.json.unwrap_or(false),
-    ))
+        metrics,
+        json: a.json || f.json.unwrap_or(false),
+        duration: a.duration.or(f.duration),
+        sandbox,
+    })
 }
 
 /// Runs `diodon agent`.
 pub fn run(args: &AgentArgs) -> Result<Exit, Fatal> {
-    let (job, metrics_addr, json) = build(args).map_err(Fatal::config)?;
-    if let Some(addr) = metrics_addr {
-        let source = Source::Agent {
-            stats: Arc::clone(&job.stats),
-        };
-        metrics::serve(
-            addr,
-            source,
-            Ipv4Addr::LOCALHOST.into(),
-            Some(job.interface.clone()),
-        )
+    let Built {
+        job,
+        metrics: metrics_addr,
+        json,
+        duration,
+        sandbox: options,
+    } = build(args).map_err(Fatal::config)?;
+    let listener = metrics_addr
+        .map(|addr| {
+            metrics::bind(
+                addr,
+                Ipv4Addr::LOCALHOST.into(),
+                Some(job.interface.clone()),
+            )
+        })
+        .transpose()
         .map_err(|e| Fatal::io(e.into()))?;
-    }
-    let summary = run_agent(&job, |_| {}).map_err(|e| Fatal::io(e.into()))?;
+    let policy = agent_policy(&job.target, &options);
+    let restrict = || {
+        sandbox::apply(&policy).map_err(|e| AgentError::Sandbox(e.to_string()))?;
+        on_signal(&job.stop, false);
+        if let Some(l) = listener {
+            l.serve(Source::Agent {
+                stats: Arc::clone(&job.stats),
+            })
+            .map_err(|e| AgentError::Metrics(e.to_string()))?;
+        }
+        stop_after(duration, &job.stop);
+        Ok(())
+    };
+    let summary = run_agent(&job, restrict, |_| {}).map_err(|e| Fatal::io(e.into()))?;
     eprint!("{}", summary.text());
     if json {
         println!("{}", serde_json::to_string(&summary).unwrap_or_default());

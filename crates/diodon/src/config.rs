@@ -11,7 +11,7 @@
 use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::held::HeldLimits;
-use diodon_apps::link::{read_keys, KeyReload};
+use diodon_apps::key_file::{read_keys, KeyReload};
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
 use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
 use diodon_proto::{Integrity, IpVersion, KeyRing, Rate, RepairRatio, SenderConfig, SymbolSize};

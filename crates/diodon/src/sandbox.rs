@@ -2,8 +2,11 @@
 //! [`SandboxOptions`] the library's policy starts from.
 //!
 //! ```text
-//!  SandboxArgs + FileConfig + --config, key file, --metrics ─► SandboxOptions
-//!  ─► diodon_apps::sandbox::{recv_policy, send_policy} ─► apply (after open_recv / open_send)
+//!  SandboxArgs + FileConfig + --config, key file's folder, --metrics ─► SandboxOptions
+//!  ─► diodon_apps::sandbox::{recv,send,sync,tap,agent}_policy ─► apply (after the
+//!     command's privileged half: open_recv / open_send, or run_sync / run_tap / run_agent's
+//!     `restrict` hook)
+//!  AgentFile user / no-sandbox ─► resolve (the same, for a command with its own TOML keys)
 //! ```
 
 use crate::args::{LinkArgs, SandboxArgs};
@@ -12,7 +15,7 @@ use crate::fatal::Fatal;
 use anyhow::anyhow;
 use diodon_apps::sandbox::SandboxOptions;
 use diodon_io::sandbox::{is_root, User};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The operator's sandbox settings, the user looked up.
 pub fn options(
@@ -21,17 +24,6 @@ pub fn options(
     link: &LinkArgs,
     metrics: bool,
 ) -> Result<SandboxOptions, Fatal> {
-    let user = match pick(a.user.as_ref(), file.user.as_ref()) {
-        Some(name) => {
-            if !is_root() {
-                return Err(Fatal::config(anyhow!(
-                    "--user {name}: changing user needs the process to start as root"
-                )));
-            }
-            Some(User::lookup(&name).map_err(|e| Fatal::config(e.into()))?)
-        }
-        None => None,
-    };
     // The key file's folder, not the file: SIGHUP reads the key file again,
     // and an editor or a deployment tool replaces it by a new file (a new
     // inode a rule on the old file would not cover).
@@ -45,9 +37,36 @@ pub fn options(
         .into_iter()
         .flatten()
         .collect();
+    resolve(
+        pick(a.user.as_ref(), file.user.as_ref()),
+        a.no_sandbox || file.no_sandbox.unwrap_or(false),
+        config_files,
+        metrics,
+    )
+}
+
+/// [`SandboxOptions`] from settings already merged (a command with a
+/// config file of its own: `agent`).
+pub fn resolve(
+    user: Option<String>,
+    off: bool,
+    config_files: Vec<PathBuf>,
+    metrics: bool,
+) -> Result<SandboxOptions, Fatal> {
+    let user = match user {
+        Some(name) => {
+            if !is_root() {
+                return Err(Fatal::config(anyhow!(
+                    "--user {name}: changing user needs the process to start as root"
+                )));
+            }
+            Some(User::lookup(&name).map_err(|e| Fatal::config(e.into()))?)
+        }
+        None => None,
+    };
     Ok(SandboxOptions {
         user,
-        off: a.no_sandbox || file.no_sandbox.unwrap_or(false),
+        off,
         config_files,
         metrics,
     })

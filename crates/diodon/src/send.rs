@@ -86,7 +86,8 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         SendInput::Files(_) => SendSources::Paths(args.paths.clone()),
         SendInput::Stdin => SendSources::Stdin,
         SendInput::Tcp(_) => SendSources::Tcp,
-        SendInput::Udp(_) | SendInput::Tunnel(_) => SendSources::Udp,
+        SendInput::Udp(_) => SendSources::Udp,
+        SendInput::Tunnel(_) => SendSources::Tun,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let job = SendJob {

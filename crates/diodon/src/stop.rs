@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Sets the returned flag on SIGINT/SIGTERM (and SIGHUP); a second signal
 /// exits at once.
@@ -17,7 +18,7 @@ pub fn stop_flag() -> Arc<AtomicBool> {
 
 /// Sets `stop` on SIGINT/SIGTERM; a second signal exits at once. SIGHUP
 /// stops too, unless `reload_keys`: then it is counted, and a keyed
-/// pipeline reads its key file again (`diodon_apps::link::KeyReload`). Starts the
+/// pipeline reads its key file again (`diodon_apps::key_file::KeyReload`). Starts the
 /// thread that waits for signals (a sandboxed command calls it once it is
 /// restricted, so that this thread is too).
 pub fn on_signal(stop: &Arc<AtomicBool>, reload_keys: bool) {
@@ -36,5 +37,17 @@ pub fn on_signal(stop: &Arc<AtomicBool>, reload_keys: bool) {
         if let Err(e) = diodon_io::signal::count_hangups() {
             tracing::warn!("SIGHUP will not reload the key file: {e}");
         }
+    }
+}
+
+/// Sets `stop` after `secs` seconds (`--duration`), from a thread started
+/// now (a sandboxed command calls it once it is restricted).
+pub fn stop_after(secs: Option<f64>, stop: &Arc<AtomicBool>) {
+    if let Some(d) = secs {
+        let s = Arc::clone(stop);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
+            s.store(true, Ordering::Relaxed);
+        });
     }
 }

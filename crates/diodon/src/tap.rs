@@ -4,25 +4,29 @@
 //!
 //! ```text
 //!  TapArgs + TapFile (tap keys; the rest is a FileConfig) ─► TapJob
-//!     (agents NAME[=MAC], --encap-if, --to + link settings) ─► tap::run_tap ─► TapSummary
+//!     (agents NAME[=MAC], --encap-if, --to + link settings) + metrics listener bound
+//!  ─► tap::run_tap: rings, raw senders, UDP socket opened ─► restrict: sandbox::apply
+//!     (tap_policy), SIGINT/SIGTERM handler, SIGHUP counted again (the stop handler claims
+//!     it), metrics served, --duration timer ─► workers ─► TapSummary
 //! ```
 
 use crate::args::{FlowArg, TapArgs};
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
-use crate::stop::stop_flag;
+use crate::stop::{on_signal, stop_after};
 use anyhow::{anyhow, Context, Result};
 use diodon_apps::metrics::{self, Source};
+use diodon_apps::sandbox::{self, tap_policy, SandboxOptions};
 use diodon_apps::tap::stats::TapStats;
 use diodon_apps::tap::stream::SegmentPolicy;
-use diodon_apps::tap::{run_tap, AgentSpec, EncapOptions, TapJob};
+use diodon_apps::tap::{run_tap, AgentSpec, EncapOptions, TapError, TapJob};
 use diodon_apps::{report::Exit, SendOptions};
 use diodon_filter::{FlowMode, Mac};
 use diodon_io::UdpConfig;
 use serde::Deserialize;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,7 +76,15 @@ fn hex16(s: &str) -> Result<u16> {
     u16::from_str_radix(t, 16).with_context(|| format!("EtherType '{s}' (hex, e.g. 0xF1F0)"))
 }
 
-fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
+/// A tap run as configured: the job, `--json`, `--duration`, the sandbox.
+struct Built {
+    job: TapJob,
+    json: bool,
+    duration: Option<f64>,
+    sandbox: SandboxOptions,
+}
+
+fn build(args: &TapArgs) -> Result<Built> {
     let tf: TapFile = match &args.link.config {
         Some(p) => {
             let text =
@@ -91,6 +103,7 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
         &args.agents
     };
     let agents = specs.iter().map(|s| agent(s)).collect::<Result<Vec<_>>>()?;
+    let agents_len = agents.len();
     let ethertype = match pick(args.ethertype.as_ref(), tf.ethertype.as_ref()) {
         Some(t) => hex16(&t)?,
         None => diodon_filter::frame::ethertype::TAP_ENCAP,
@@ -132,9 +145,12 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
         None => None,
     };
     let ring_mb = args.ring_mb.or(tf.ring_mb).unwrap_or(32).max(2);
-    Ok(TapJob {
+    let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, args.metrics.is_some())
+        .map_err(|f| f.1)?;
+    let workers = args.workers.or(tf.workers).unwrap_or(1).max(1);
+    let job = TapJob {
         interface,
-        workers: args.workers.or(tf.workers).unwrap_or(1).max(1),
+        workers,
         ring_block: 1 << 20,
         ring_blocks: ring_mb,
         rules: pick(args.rules.as_ref(), tf.rules.as_ref()),
@@ -146,49 +162,59 @@ fn build(args: &TapArgs) -> Result<(TapJob, bool)> {
         encap,
         diode,
         reload_on_hangup: true,
-        stop: stop_flag(),
-        stats: Arc::new(TapStats::default()),
+        // The handler is installed once the process is restricted.
+        stop: Arc::new(AtomicBool::new(false)),
+        stats: Arc::new(TapStats::new(workers, agents_len)),
         progress: Arc::default(),
         capture_only: args.capture_only,
-    })
-    .map(|mut job| {
-        job.stats = Arc::new(TapStats::new(job.workers, job.agents.len()));
-        (job, link.json)
-    })
-    .map(|(job, json)| {
-        if let Some(d) = args.duration.or(tf.duration) {
-            let stop = Arc::clone(&job.stop);
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs_f64(d.max(0.0)));
-                stop.store(true, Ordering::Relaxed);
-            });
-        }
-        (job, json)
+    };
+    Ok(Built {
+        job,
+        json: link.json,
+        duration: args.duration.or(tf.duration),
+        sandbox,
     })
 }
 
 /// Runs `diodon tap`.
 pub fn run(args: &TapArgs) -> Result<Exit, Fatal> {
-    let (job, json) = build(args).map_err(Fatal::config)?;
-    // After the stop handler: SIGHUP means "reload", not "stop".
+    let Built {
+        job,
+        json,
+        duration,
+        sandbox: options,
+    } = build(args).map_err(Fatal::config)?;
+    // SIGHUP means "reload", not "stop", from the start.
     diodon_io::signal::count_hangups()
         .context("installing the SIGHUP handler")
         .map_err(Fatal::io)?;
-    if let Some(addr) = args.metrics {
-        let source = Source::Tap {
-            stats: Arc::clone(&job.stats),
-            progress: job.diode.as_ref().map(|_| Arc::clone(&job.progress)),
-        };
-        let peer = job
-            .diode
-            .as_ref()
-            .map_or(std::net::IpAddr::from(Ipv4Addr::LOCALHOST), |(o, _)| {
-                o.dest.ip()
-            });
-        metrics::serve(addr, source, peer, Some(job.interface.clone()))
-            .map_err(|e| Fatal::io(e.into()))?;
-    }
-    let summary = run_tap(&job, |_| {}).map_err(|e| Fatal(e.exit(), e.into()))?;
+    let peer = job
+        .diode
+        .as_ref()
+        .map_or(std::net::IpAddr::from(Ipv4Addr::LOCALHOST), |(o, _)| {
+            o.dest.ip()
+        });
+    let listener = args
+        .metrics
+        .map(|addr| metrics::bind(addr, peer, Some(job.interface.clone())))
+        .transpose()
+        .map_err(|e| Fatal::io(e.into()))?;
+    let policy = tap_policy(&job, &options);
+    let restrict = || {
+        sandbox::apply(&policy).map_err(|e| TapError::Sandbox(e.to_string()))?;
+        // SIGHUP stays "reload" (the rules, and the key file if any).
+        on_signal(&job.stop, true);
+        if let Some(l) = listener {
+            l.serve(Source::Tap {
+                stats: Arc::clone(&job.stats),
+                progress: job.diode.as_ref().map(|_| Arc::clone(&job.progress)),
+            })
+            .map_err(|_| TapError::Thread("metrics"))?;
+        }
+        stop_after(duration, &job.stop);
+        Ok(())
+    };
+    let summary = run_tap(&job, restrict, |_| {}).map_err(|e| Fatal(e.exit(), e.into()))?;
     eprint!("{}", summary.text());
     if json {
         println!("{}", serde_json::to_string(&summary).unwrap_or_default());

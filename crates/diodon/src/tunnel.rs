@@ -5,17 +5,19 @@
 //! ```text
 //!  TunnelSendArgs + FileConfig ─► Link ─► SenderConfig (interleave 1, buffer = 2 groups,
 //!                                         short flush) + TunnelSourceOptions (queue sized
-//!                                         in time at the link rate) ─► gateway::run_send
+//!                                         in time at the link rate) ─► send::execute:
+//!    gateway::open_send (socket; probe, TUN queues, txqueuelen, MTU, up) ─► sandbox::apply
+//!    (send_policy(Tun): nothing written, no capability) ─► SIGINT handler ─► the TUN readers
 //! ```
 
 use crate::args::{TunnelArgs, TunnelCommand, TunnelSendArgs};
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
 use crate::send::{execute, sender_config, socket};
-use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{MetricsOptions, SendInput, SendJob};
 use diodon_apps::report::Exit;
+use diodon_apps::sandbox::{send_policy, SendSources};
 use diodon_apps::tunnel::{DropPolicy, TunnelSourceOptions};
 use diodon_apps::SendOptions;
 use diodon_io::tun::{Offload, TunConfig};
@@ -80,6 +82,9 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
         probe: !(a.no_probe || file.no_probe.unwrap_or(false)),
     };
     let bind = pick(a.bind.as_ref(), file.bind.as_ref());
+    let metrics = pick(a.metrics.as_ref(), file.metrics.as_ref());
+    let sandbox = crate::sandbox::options(&a.sandbox, &file, &a.link, metrics.is_some())?;
+    let stop = Arc::new(AtomicBool::new(false));
     let job = SendJob {
         opts: SendOptions {
             config,
@@ -91,17 +96,13 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
             keys: link.key_reload(),
         },
         input: SendInput::Tunnel(source),
-        metrics: pick(a.metrics.as_ref(), file.metrics.as_ref()).map(|addr| MetricsOptions {
+        metrics: metrics.map(|addr| MetricsOptions {
             addr,
             peer: to.ip(),
             device: link.device.clone(),
         }),
-        stop: {
-            let stop = Arc::new(AtomicBool::new(false));
-            on_signal(&stop, true);
-            stop
-        },
+        stop: Arc::clone(&stop),
     };
-    // Not sandboxed (yet): the TUN queues are opened by the source thread.
-    execute(job, &link, None)
+    let policy = send_policy(&SendSources::Tun, &sandbox);
+    execute(job, &link, Some((policy, stop)))
 }

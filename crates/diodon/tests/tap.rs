@@ -14,13 +14,17 @@
 //! diode every allowed frame arrives once and in order or its loss is
 //! counted; a broken rule file is refused with its line and keeps the old
 //! rules on reload, with no ring drop; an agent whose interface or output
-//! disappears stops with an error.
+//! disappears stops with an error; a tap and an agent restrict themselves
+//! once their rings and outputs are open (the self-test hook
+//! `DIODON_SANDBOX_SELFTEST` is refused a write, `/proc/PID/status` shows
+//! the filter) and still carry every frame.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use diodon_filter::synth::{Synth, SynthL3};
 use diodon_filter::{FlowKey, FlowMode, Headers, Mac, Rendezvous, RuleSet};
 use diodon_io::pcap::{read_all, PcapWriter};
+use diodon_io::sandbox::ProcStatus;
 use diodon_testkit::{require_netns, run, Namespace};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -948,4 +952,176 @@ fn ring_drops_are_counted_in_the_prefilter_drop_rate() {
     per.insert("captured", captured);
     per.insert("drops", drops);
     eprintln!("ring test: {per:?}");
+}
+
+/// The self-test's line for `probe target` (`DIODON_SANDBOX_SELFTEST`).
+fn probe_line(log: &str, probe: &str, target: &str) -> String {
+    let needle = format!("probe=\"{probe}\" target=\"{target}\"");
+    log.lines()
+        .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
+        .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
+        .to_owned()
+}
+
+fn denied_with(log: &str, probe: &str, target: &Path, errno: i32) {
+    let line = probe_line(log, probe, target.to_str().unwrap());
+    assert!(
+        line.contains("denied") && line.contains(&format!("errno={errno}")),
+        "{probe} {} should be denied with errno {errno}: {line}",
+        target.display()
+    );
+}
+
+fn allowed(log: &str, probe: &str, target: &Path) {
+    let line = probe_line(log, probe, target.to_str().unwrap());
+    assert!(
+        line.contains("allowed"),
+        "{probe} {}: {line}",
+        target.display()
+    );
+}
+
+/// Waits (up to 5 s) until `pid` runs under a seccomp filter; its status.
+fn restricted(pid: u32) -> ProcStatus {
+    let mut st = ProcStatus::read(pid).unwrap();
+    for _ in 0..100 {
+        if st.seccomp == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        st = ProcStatus::read(pid).unwrap();
+    }
+    st
+}
+
+#[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, read top to bottom")]
+fn a_sandboxed_tap_and_agent_are_refused_writes_and_still_carry_every_frame() {
+    let _l = lock();
+    if !ready(
+        "a_sandboxed_tap_and_agent_are_refused_writes_and_still_carry_every_frame",
+        &["tcpreplay"],
+    ) {
+        return;
+    }
+    let ns = Namespace::new(&format!("dd-tap6-{}", std::process::id()));
+    let n = ns.name();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    veth(n, "gen0", "cap0", 1500);
+    veth(n, "enc0", "agt0", 1600);
+    let rules_dir = d.join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    let rules = rules_dir.join("tap.acl");
+    std::fs::write(&rules, "deny src 10.66.0.0/16\ndefault allow\n").unwrap();
+    let secret = d.join("secret");
+    std::fs::write(&secret, "x").unwrap();
+    let frames: Vec<Vec<u8>> = (0..2000u32)
+        .map(|i| {
+            Synth::udp4(
+                [10, 1, 0, 1],
+                [192, 0, 2, 1],
+                1000 + (i % 50) as u16,
+                53,
+                100,
+            )
+            .emit()
+        })
+        .collect();
+    let trace = d.join("t.pcap");
+    write_pcap(&trace, &frames);
+    let pcap_dir = d.join("pcap");
+    let (agent_out, agent_in) = (d.join("agent-escaped"), pcap_dir.join("probe"));
+    let mut agent = exec(n, BIN);
+    agent
+        .env(
+            "DIODON_SANDBOX_SELFTEST",
+            format!("write:{},write:{}", agent_out.display(), agent_in.display()),
+        )
+        .args([
+            "agent",
+            "--if",
+            "agt0",
+            "--marked-only",
+            "--json",
+            "--pcap-out",
+        ])
+        .arg(&pcap_dir);
+    let agent = Proc::spawn(agent);
+    let tap_out = d.join("tap-escaped");
+    let ma = mac_of(n, "agt0");
+    let mut tap = exec(n, BIN);
+    tap.env(
+        "DIODON_SANDBOX_SELFTEST",
+        format!(
+            "write:{},read:{},read:{}",
+            tap_out.display(),
+            secret.display(),
+            rules.display()
+        ),
+    )
+    .args([
+        "tap",
+        "--if",
+        "cap0",
+        "--encap-if",
+        "enc0",
+        "--json",
+        "--agent",
+        &format!("a={ma}"),
+        "--rules",
+    ])
+    .arg(&rules);
+    let tap = Proc::spawn(tap);
+    for p in [&tap, &agent] {
+        let st = restricted(p.0.as_ref().unwrap().id());
+        assert!(st.no_new_privs, "NoNewPrivs: {st:?}");
+        assert_eq!(st.seccomp, 2, "Seccomp: {st:?}");
+        assert_eq!(st.cap_eff, 0, "CapEff: {st:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    replay(n, "gen0", &trace, 5000);
+    // The rules replaced by a rename (a new inode), as editors do: the
+    // reload still reads them.
+    let new = rules_dir.join("tap.acl.new");
+    std::fs::write(&new, "deny src 10.2.0.0/16\ndefault allow\n").unwrap();
+    std::fs::rename(&new, &rules).unwrap();
+    tap.signal("-HUP");
+    std::thread::sleep(Duration::from_millis(500));
+    replay(n, "gen0", &trace, 5000);
+    std::thread::sleep(Duration::from_millis(500));
+    let tap = tap.stop();
+    std::thread::sleep(Duration::from_millis(300));
+    let agent = agent.stop();
+    let (ts, sa) = (summary(&tap, "tap"), summary(&agent, "agent"));
+    let (tlog, alog) = (
+        String::from_utf8_lossy(&tap.stderr),
+        String::from_utf8_lossy(&agent.stderr),
+    );
+    // The tap writes nothing at all (seccomp: EPERM) and reads nothing
+    // beside its rules (Landlock: EACCES).
+    denied_with(&tlog, "write", &tap_out, libc::EPERM);
+    denied_with(&tlog, "read", &secret, libc::EACCES);
+    allowed(&tlog, "read", &rules);
+    // The agent writes its pcap folder only (Landlock: EACCES elsewhere).
+    denied_with(&alog, "write", &agent_out, libc::EACCES);
+    allowed(&alog, "write", &agent_in);
+    assert!(
+        !tap_out.exists() && !agent_out.exists(),
+        "a write went through"
+    );
+    // And both still work.
+    assert_eq!(u(&ts, "counters.captured"), 4000, "{ts}");
+    assert_eq!(u(&ts, "counters.reloads"), 2, "{ts}\n{tlog}");
+    assert_eq!(u(&ts, "counters.reload_errors"), 0, "{ts}");
+    assert_eq!(u(&ts, "counters.encap_sent"), 4000, "{ts}");
+    assert_eq!(u(&sa, "counters.decapsulated"), 4000, "{sa}");
+    let got = pcap_frames(&pcaps_in(&pcap_dir));
+    assert_eq!(got.len(), 4000, "{sa}");
+    assert!(
+        got.iter()
+            .zip(frames.iter().chain(&frames))
+            .all(|(a, b)| a == b),
+        "the agent's pcap holds the frames as captured, in order"
+    );
 }

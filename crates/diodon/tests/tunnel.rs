@@ -19,6 +19,7 @@
 )]
 
 use diodon_io::netns;
+use diodon_io::sandbox::ProcStatus;
 use diodon_io::{BatchReceiver, UdpConfig};
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
@@ -71,9 +72,15 @@ impl Bed {
     }
 
     fn spawn(&self, side: &str, args: &[&str]) -> Child {
+        self.spawn_env(side, args, &[])
+    }
+
+    /// [`Bed::spawn`] with extra environment variables.
+    fn spawn_env(&self, side: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
         Command::new("ip")
             .args(["netns", "exec", &self.ns(side), BIN])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -103,6 +110,11 @@ impl Bed {
 
     /// Receiver on `drx`, sender on `dtx`, addresses and routes in place.
     fn tunnel(&self, send_extra: &[&str]) -> (Child, Child) {
+        self.tunnel_env(send_extra, &[])
+    }
+
+    /// [`Bed::tunnel`], the sender started with `send_env`.
+    fn tunnel_env(&self, send_extra: &[&str], send_env: &[(&str, &str)]) -> (Child, Child) {
         let rx = self.spawn(
             "rx",
             &[
@@ -129,7 +141,7 @@ impl Bed {
             "--json",
         ];
         args.extend_from_slice(send_extra);
-        let tx = self.spawn("tx", &args);
+        let tx = self.spawn_env("tx", &args, send_env);
         self.wait_dev("tx", "dtx");
         std::thread::sleep(Duration::from_millis(300));
         for (side, dev, local, far) in [
@@ -188,6 +200,11 @@ fn stop(child: Child, what: &str) -> Value {
 }
 
 fn finish(child: Child, what: &str) -> Value {
+    finish_log(child, what).0
+}
+
+/// [`finish`], and the process's whole stderr.
+fn finish_log(child: Child, what: &str) -> (Value, String) {
     let pid = child.id();
     let killer = std::thread::spawn(move || {
         for _ in 0..300 {
@@ -215,7 +232,7 @@ fn finish(child: Child, what: &str) -> Value {
         .rev()
         .find(|l| l.starts_with('{'))
         .unwrap_or_else(|| panic!("{what}: no JSON summary"));
-    serde_json::from_str(line).unwrap()
+    (serde_json::from_str(line).unwrap(), err.into_owned())
 }
 
 /// Payload `i` of a mixed-size flow: 8-byte index, then a pattern.
@@ -462,4 +479,72 @@ fn above_the_link_rate_only_the_queue_drops_and_a_starved_reader_is_counted_by_t
         .map(|p| u64::from_be_bytes(p[..8].try_into().unwrap()))
         .collect();
     assert!(idx.windows(2).all(|w| w[0] < w[1]), "in order");
+}
+
+/// The self-test's line for `probe target` (`DIODON_SANDBOX_SELFTEST`).
+fn probe_line<'a>(log: &'a str, probe: &str, target: &str) -> &'a str {
+    let needle = format!("probe=\"{probe}\" target=\"{target}\"");
+    log.lines()
+        .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
+        .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
+}
+
+#[test]
+fn a_sandboxed_tunnel_sender_may_write_nothing_and_still_carries_packets() {
+    let Some(bed) = Bed::up(&[]) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("escaped");
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "x").unwrap();
+    let spec = format!("write:{},read:{}", outside.display(), secret.display());
+    let (tx, rx) = bed.tunnel_env(
+        &["--rate", "200mbit"],
+        &[("DIODON_SANDBOX_SELFTEST", spec.as_str())],
+    );
+    // Restricted once its TUN is open and up, for the rest of its run.
+    let t = Instant::now();
+    let mut st = ProcStatus::read(tx.id()).unwrap();
+    while st.seccomp != 2 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        st = ProcStatus::read(tx.id()).unwrap();
+    }
+    assert!(st.no_new_privs, "NoNewPrivs: {st:?}");
+    assert_eq!(st.seccomp, 2, "Seccomp: {st:?}");
+    assert_eq!(st.cap_eff, 0, "CapEff: {st:?}");
+    let n = 2000u64;
+    let sink = collector(bed.ns("rx"), "10.99.0.2:5000".parse().unwrap(), n);
+    flood(
+        &bed.ns("tx"),
+        "10.88.0.1:4000".parse().unwrap(),
+        "10.99.0.2:5000".parse().unwrap(),
+        n,
+        5,
+    );
+    let got = sink.join().unwrap();
+    let _ = Command::new("kill").arg(tx.id().to_string()).status();
+    let (sent, log) = finish_log(tx, "tunnel send");
+    let _ = finish(rx, "recv");
+    assert!(
+        log.contains("sandbox: user unchanged (uid 0), capabilities dropped, no_new_privs"),
+        "{log}"
+    );
+    // No file is ever written: seccomp refuses the creating open (EPERM);
+    // nothing outside what it needs is read: Landlock (EACCES).
+    let w = probe_line(&log, "write", outside.to_str().unwrap());
+    assert!(
+        w.contains("denied") && w.contains(&format!("errno={}", libc::EPERM)),
+        "{w}"
+    );
+    let r = probe_line(&log, "read", secret.to_str().unwrap());
+    assert!(
+        r.contains("denied") && r.contains(&format!("errno={}", libc::EACCES)),
+        "{r}"
+    );
+    assert!(!outside.exists(), "the write went through");
+    // The readers started after the sandbox still carry every packet.
+    assert!(get(&sent, &["tunnel", "packets"]) >= n, "{sent}");
+    assert_eq!(got.len() as u64, n, "every datagram arrived");
+    for (i, p) in got.iter().enumerate() {
+        assert_eq!(*p, payload(i as u64), "datagram {i}");
+    }
 }

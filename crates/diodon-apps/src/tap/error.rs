@@ -40,6 +40,9 @@ pub enum TapError {
     /// A thread could not start or panicked.
     #[error("the {0} thread failed")]
     Thread(&'static str),
+    /// The process could not restrict itself once set up.
+    #[error("restricting the process: {0}")]
+    Sandbox(String),
 }
 
 impl TapError {

@@ -16,6 +16,17 @@
 //!  the sender drains and lingers ─► TapSummary
 //! ```
 //!
+//! **Privilege.** Everything that needs it is opened while the process has
+//! one thread: the rule file read, every worker's ring (`AF_PACKET`,
+//! promiscuous, in its fanout group), every worker's raw sender on
+//! `--encap-if`, the UDP socket across the diode. Then `restrict` runs
+//! (the caller's sandbox, `crate::sandbox::tap_policy`), then the threads
+//! start. Nothing opens an interface again after that: a capture or encap
+//! interface that goes away ends the run with an error, so the process
+//! keeps no capability. What stays: reading the rule file's folder (a
+//! SIGHUP reload; an editor replaces the file by a rename), polling and
+//! reading the rings' statistics, `sendmmsg` on the open sockets.
+//!
 //! Modules: [`error`] (why a run fails), [`stats`] (counters), [`rulebook`] (rules in force, reload),
 //! [`stream`] (per-agent segments across the diode), `worker` (the
 //! capture loop).
@@ -29,11 +40,11 @@ mod worker;
 pub use error::TapError;
 
 use crate::report::{kernel_delta, Exit, SendSummary};
-use crate::send::{run_sender, SendOptions, SendProgress};
+use crate::send::{run_sender_on, SendOptions, SendProgress};
 use diodon_filter::{FlowMode, Mac, Rendezvous};
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::packet::{interface_mac, CaptureRing, Fanout, FanoutMode, RawSender, RingConfig};
-use diodon_io::{MonotonicClock, UdpSnmp};
+use diodon_io::{BatchSender, MonotonicClock, UdpSnmp};
 use rulebook::RuleBook;
 use stats::{RuleHit, TapAgentCounters, TapCounters, TapStats};
 use std::fmt::Write as _;
@@ -219,8 +230,14 @@ struct Encap {
 type CoreThread = thread::JoinHandle<Result<crate::send::SendReport, crate::PipelineError>>;
 
 /// Runs the tap until `stop` (or a capture error); `watch` is called about
-/// every 100 ms meanwhile.
-pub fn run_tap(job: &TapJob, mut watch: impl FnMut(&TapStats)) -> Result<TapSummary, TapError> {
+/// every 100 ms meanwhile. `restrict` is called once, after everything
+/// privileged is open and before any thread of the run starts (the caller
+/// applies its sandbox there and may start its own threads after it).
+pub fn run_tap(
+    job: &TapJob,
+    restrict: impl FnOnce() -> Result<(), TapError>,
+    mut watch: impl FnMut(&TapStats),
+) -> Result<TapSummary, TapError> {
     if job.agents.is_empty() {
         return Err(TapError::Config("at least one agent is needed".into()));
     }
@@ -244,22 +261,27 @@ pub fn run_tap(job: &TapJob, mut watch: impl FnMut(&TapStats)) -> Result<TapSumm
     let workers = job.workers.max(1);
     let rings = open_rings(job, workers)?;
     let encap = encap_setup(job)?;
+    let rings = with_senders(rings, encap.as_ref())?;
+    let udp = match &job.diode {
+        Some((opts, _)) => Some(BatchSender::open(&opts.udp).map_err(crate::PipelineError::from)?),
+        None => None,
+    };
+    restrict()?;
     let marker = encap
         .as_ref()
         .map_or(diodon_filter::frame::ethertype::TAP_ENCAP, |e| e.ethertype);
-    let (streams, core) = match &job.diode {
-        Some((opts, policy)) => {
-            let (s, c) = start_sender(opts.clone(), *policy, job.agents.len(), &job.progress)?;
+    let (streams, core) = match (&job.diode, udp) {
+        (Some((opts, policy)), Some(udp)) => {
+            let (s, c) = start_sender(udp, opts.clone(), *policy, job.agents.len(), &job.progress)?;
             (Some(s), Some(c))
         }
-        None => (None, None),
+        _ => (None, None),
     };
     let kernel_before = UdpSnmp::read().ok();
     let worker_stop = Arc::new(AtomicBool::new(false));
     let parts = WorkerParts {
         book: &book,
         rendezvous: &rendezvous,
-        encap: encap.as_ref(),
         marker,
         streams: streams.as_ref(),
         stats: &stats,
@@ -323,7 +345,6 @@ pub fn run_tap(job: &TapJob, mut watch: impl FnMut(&TapStats)) -> Result<TapSumm
 struct WorkerParts<'a> {
     book: &'a Arc<RuleBook>,
     rendezvous: &'a Rendezvous,
-    encap: Option<&'a Encap>,
     marker: u16,
     streams: Option<&'a Arc<DiodeStreams>>,
     stats: &'a Arc<TapStats>,
@@ -331,26 +352,40 @@ struct WorkerParts<'a> {
 
 type WorkerThread = thread::JoinHandle<Result<(), TapError>>;
 
+/// Each worker's ring with its own raw sender on the agents' interface
+/// (opened now: it needs `CAP_NET_RAW`).
+fn with_senders(
+    rings: Vec<CaptureRing>,
+    encap: Option<&Encap>,
+) -> Result<Vec<(CaptureRing, Option<EncapOut>)>, TapError> {
+    rings
+        .into_iter()
+        .map(|ring| {
+            let out = match encap {
+                Some(e) => Some(EncapOut::new(
+                    RawSender::open(&e.interface).map_err(|source| TapError::Send {
+                        interface: e.interface.clone(),
+                        source,
+                    })?,
+                    e.src,
+                    e.macs.clone(),
+                    e.ethertype,
+                )),
+                None => None,
+            };
+            Ok((ring, out))
+        })
+        .collect()
+}
+
 fn spawn_workers(
     job: &TapJob,
-    rings: Vec<CaptureRing>,
+    rings: Vec<(CaptureRing, Option<EncapOut>)>,
     p: &WorkerParts<'_>,
     stop: &Arc<AtomicBool>,
 ) -> Result<Vec<WorkerThread>, TapError> {
     let mut threads = Vec::with_capacity(rings.len());
-    for (index, ring) in rings.into_iter().enumerate() {
-        let encap = match p.encap {
-            Some(e) => Some(EncapOut::new(
-                RawSender::open(&e.interface).map_err(|source| TapError::Send {
-                    interface: e.interface.clone(),
-                    source,
-                })?,
-                e.src,
-                e.macs.clone(),
-                e.ethertype,
-            )),
-            None => None,
-        };
+    for (index, (ring, encap)) in rings.into_iter().enumerate() {
         let w = Worker {
             index,
             ring,
@@ -438,8 +473,10 @@ fn encap_setup(job: &TapJob) -> Result<Option<Encap>, TapError> {
     }))
 }
 
-/// The one-way sender core on its own thread, and the agents' streams into it.
+/// The one-way sender core on its own thread (on `udp`, opened before),
+/// and the agents' streams into it.
 fn start_sender(
+    udp: BatchSender,
     opts: SendOptions,
     policy: SegmentPolicy,
     agents: usize,
@@ -452,7 +489,7 @@ fn start_sender(
         .spawn(move || {
             // The core drains on its own once every handle is gone.
             let never = AtomicBool::new(false);
-            run_sender(&opts, &queue, progress, &never)
+            run_sender_on(udp, &opts, &queue, progress, &never)
         })
         .map_err(|_| TapError::Thread("sender"))?;
     Ok((Arc::new(DiodeStreams::new(handle, agents, policy)), t))

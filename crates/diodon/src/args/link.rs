@@ -62,7 +62,8 @@ pub struct LinkArgs {
     pub json: bool,
 }
 
-/// What the process keeps once its socket and outputs are open (`send`, `recv`).
+/// What the process keeps once its sockets and outputs are open (`send`, `recv`,
+/// `sync`, `tunnel send`, `tap`, `agent`).
 #[derive(Debug, Args, Default)]
 pub struct SandboxArgs {
     /// Once the socket and the outputs are open, run as this user and its

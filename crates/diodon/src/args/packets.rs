@@ -1,7 +1,7 @@
 //! The flags of packet traffic: `diodon tap`, `diodon agent` (mirrored
 //! traffic) and `diodon tunnel` (the one-way IP tunnel).
 
-use super::link::LinkArgs;
+use super::link::{LinkArgs, SandboxArgs};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -67,6 +67,9 @@ pub struct TapArgs {
     /// Serve Prometheus metrics over HTTP here.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings (for --to), --config and --json.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -114,6 +117,9 @@ pub struct AgentArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// `diodon tunnel`.
@@ -175,6 +181,9 @@ pub struct TunnelSendArgs {
     /// Never use UDP GSO.
     #[arg(long)]
     pub no_gso: bool,
+    /// Privilege drop and sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Link settings.
     #[command(flatten)]
     pub link: LinkArgs,

@@ -121,9 +121,9 @@ pub struct FileConfig {
     pub(crate) delete_after: Option<String>,
     /// `recv`: the audit log.
     pub(crate) audit: Option<PathBuf>,
-    /// `user` (send, recv): the user to run as once set up.
+    /// `user` (send, recv, sync, tunnel send, tap): the user to run as once set up.
     pub user: Option<String>,
-    /// `no-sandbox` (send, recv).
+    /// `no-sandbox` (send, recv, sync, tunnel send, tap).
     pub no_sandbox: Option<bool>,
 }
 
