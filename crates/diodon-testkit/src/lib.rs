@@ -3,7 +3,8 @@
 //! network namespaces ([`require_netns`]: skip with a visible message, or
 //! fail under `CI=true`; [`require_root`] likewise), [`Namespace`], a
 //! namespace that is deleted when the test ends, even by a panic, and
-//! [`SmallFs`], a small tmpfs to fill a disk on purpose.
+//! [`SmallFs`], a small tmpfs to fill a disk on purpose; and [`selftest`],
+//! what the sandbox's self-test hook logged.
 
 use std::io::Write;
 use std::process::Command;
@@ -240,4 +241,44 @@ pub fn free_udp() -> std::net::SocketAddr {
 pub fn free_tcp() -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a TCP port on loopback");
     l.local_addr().expect("its address")
+}
+
+/// Reading the lines a sandboxed `diodon` logs for its self-test hook
+/// (`DIODON_SANDBOX_SELFTEST=write:PATH,read:PATH,…`): each probe's
+/// outcome, `allowed` or `denied` with its errno.
+pub mod selftest {
+    use std::ffi::OsStr;
+
+    /// The self-test's line for `probe target` (panics when there is none).
+    pub fn probe_line<'a>(
+        log: &'a str,
+        probe: &str,
+        target: &(impl AsRef<OsStr> + ?Sized),
+    ) -> &'a str {
+        let target = target.as_ref().to_string_lossy();
+        let needle = format!("probe=\"{probe}\" target=\"{target}\"");
+        log.lines()
+            .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
+            .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
+    }
+
+    /// Asserts that `probe target` was denied with `errno`.
+    pub fn denied_with(log: &str, probe: &str, target: &(impl AsRef<OsStr> + ?Sized), errno: i32) {
+        let line = probe_line(log, probe, target);
+        assert!(
+            line.contains("denied") && line.contains(&format!("errno={errno}")),
+            "{probe} {} should be denied with errno {errno}: {line}",
+            target.as_ref().to_string_lossy()
+        );
+    }
+
+    /// Asserts that `probe target` was allowed.
+    pub fn allowed(log: &str, probe: &str, target: &(impl AsRef<OsStr> + ?Sized)) {
+        let line = probe_line(log, probe, target);
+        assert!(
+            line.contains("allowed"),
+            "{probe} {}: {line}",
+            target.as_ref().to_string_lossy()
+        );
+    }
 }

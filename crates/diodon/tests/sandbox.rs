@@ -16,6 +16,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use diodon_io::sandbox::ProcStatus;
+use diodon_testkit::selftest::{allowed, denied_with};
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::MetadataExt;
@@ -118,28 +119,6 @@ impl Drop for Running {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The self-test's line for `probe target`.
-fn probe_line(log: &str, probe: &str, target: &str) -> String {
-    let needle = format!("probe=\"{probe}\" target=\"{target}\"");
-    log.lines()
-        .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
-        .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
-        .to_owned()
-}
-
-fn denied_with(log: &str, probe: &str, target: &str, errno: i32) {
-    let line = probe_line(log, probe, target);
-    assert!(
-        line.contains("denied") && line.contains(&format!("errno={errno}")),
-        "{probe} {target} should be denied with errno {errno}: {line}"
-    );
-}
-
-fn allowed(log: &str, probe: &str, target: &str) {
-    let line = probe_line(log, probe, target);
-    assert!(line.contains("allowed"), "{probe} {target}: {line}");
 }
 
 fn random_file(path: &Path, len: usize) {

@@ -25,6 +25,7 @@ use diodon_filter::synth::{Synth, SynthL3};
 use diodon_filter::{FlowKey, FlowMode, Headers, Mac, Rendezvous, RuleSet};
 use diodon_io::pcap::{read_all, PcapWriter};
 use diodon_io::sandbox::ProcStatus;
+use diodon_testkit::selftest::{allowed, denied_with};
 use diodon_testkit::{require_netns, run, Namespace};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -952,33 +953,6 @@ fn ring_drops_are_counted_in_the_prefilter_drop_rate() {
     per.insert("captured", captured);
     per.insert("drops", drops);
     eprintln!("ring test: {per:?}");
-}
-
-/// The self-test's line for `probe target` (`DIODON_SANDBOX_SELFTEST`).
-fn probe_line(log: &str, probe: &str, target: &str) -> String {
-    let needle = format!("probe=\"{probe}\" target=\"{target}\"");
-    log.lines()
-        .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
-        .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
-        .to_owned()
-}
-
-fn denied_with(log: &str, probe: &str, target: &Path, errno: i32) {
-    let line = probe_line(log, probe, target.to_str().unwrap());
-    assert!(
-        line.contains("denied") && line.contains(&format!("errno={errno}")),
-        "{probe} {} should be denied with errno {errno}: {line}",
-        target.display()
-    );
-}
-
-fn allowed(log: &str, probe: &str, target: &Path) {
-    let line = probe_line(log, probe, target.to_str().unwrap());
-    assert!(
-        line.contains("allowed"),
-        "{probe} {}: {line}",
-        target.display()
-    );
 }
 
 /// Waits (up to 5 s) until `pid` runs under a seccomp filter; its status.

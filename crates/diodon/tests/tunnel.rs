@@ -21,6 +21,7 @@
 use diodon_io::netns;
 use diodon_io::sandbox::ProcStatus;
 use diodon_io::{BatchReceiver, UdpConfig};
+use diodon_testkit::selftest::probe_line;
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -481,14 +482,6 @@ fn above_the_link_rate_only_the_queue_drops_and_a_starved_reader_is_counted_by_t
     assert!(idx.windows(2).all(|w| w[0] < w[1]), "in order");
 }
 
-/// The self-test's line for `probe target` (`DIODON_SANDBOX_SELFTEST`).
-fn probe_line<'a>(log: &'a str, probe: &str, target: &str) -> &'a str {
-    let needle = format!("probe=\"{probe}\" target=\"{target}\"");
-    log.lines()
-        .find(|l| l.contains("sandbox self-test") && l.contains(&needle))
-        .unwrap_or_else(|| panic!("no self-test line for {probe} {target} in:\n{log}"))
-}
-
 #[test]
 fn a_sandboxed_tunnel_sender_may_write_nothing_and_still_carries_packets() {
     let Some(bed) = Bed::up(&[]) else { return };
@@ -530,12 +523,12 @@ fn a_sandboxed_tunnel_sender_may_write_nothing_and_still_carries_packets() {
     );
     // No file is ever written: seccomp refuses the creating open (EPERM);
     // nothing outside what it needs is read: Landlock (EACCES).
-    let w = probe_line(&log, "write", outside.to_str().unwrap());
+    let w = probe_line(&log, "write", &outside);
     assert!(
         w.contains("denied") && w.contains(&format!("errno={}", libc::EPERM)),
         "{w}"
     );
-    let r = probe_line(&log, "read", secret.to_str().unwrap());
+    let r = probe_line(&log, "read", &secret);
     assert!(
         r.contains("denied") && r.contains(&format!("errno={}", libc::EACCES)),
         "{r}"
