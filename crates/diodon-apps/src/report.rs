@@ -646,7 +646,7 @@ fn tunnel_source_line(t: &TunnelSourceCounters) -> String {
         + t.malformed_offload;
     format!(
         "  tunnel: {} packets ({} bytes) from {} reads ({} super-packets); queue drops {} tail, {} head; \
-         TUN ring drops (tx_dropped) {}; malformed {malformed} (truncated {}, version {}, header {}, length {}, offload {}), too large {}\n",
+         TUN ring drops (tx_dropped) {}; shaper drops {}; malformed {malformed} (truncated {}, version {}, header {}, length {}, offload {}), too large {}\n",
         t.packets,
         t.bytes,
         t.reads,
@@ -654,6 +654,7 @@ fn tunnel_source_line(t: &TunnelSourceCounters) -> String {
         t.dropped_tail,
         t.dropped_head,
         t.tun_tx_dropped,
+        t.shaper_dropped,
         t.malformed_truncated,
         t.malformed_version,
         t.malformed_header,

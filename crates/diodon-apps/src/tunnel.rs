@@ -20,7 +20,12 @@
 //! ring, when the readers are starved of CPU: the kernel counts it in the
 //! interface's `tx_dropped`, which the source reads as `tun_tx_dropped`
 //! (stock kernels drop there; [`diodon_io::tun::probe_backpressure`] says so
-//! at start-up). (2) Diodon's bounded [`PacketQueue`], when the offered load
+//! at start-up). (1b) With `--shape`, the token-bucket qdisc installed in
+//! front of the TUN ([`shaper_for`], [`diodon_io::qdisc`]): bursts wait
+//! there and a local producer's socket blocks, so the ring stops
+//! overflowing; what it drops past its limit (traffic that cannot be
+//! slowed) the source reads as `shaper_dropped`. (2) Diodon's bounded
+//! [`PacketQueue`], when the offered load
 //! exceeds the link rate: the one place the tunnel drops by policy
 //! ([`DropPolicy`]), counted per reason. (3) The link, beyond what FEC
 //! repairs: the receiver counts each lost block as a gap. (4) Malformed
@@ -44,11 +49,12 @@
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::send::SourceHandle;
 use crate::sink_error::Refusal;
+use diodon_io::qdisc::{self, QdiscWatch, Shaper};
 use diodon_io::tun::{self, Backpressure, Tun, TunConfig};
 use diodon_io::MonotonicClock;
 use diodon_packet::{inspect, segment, GsoError, PacketError, VnetHdr, VNET_HDR_LEN};
 use diodon_proto::records::{push_record, BlockRecords};
-use diodon_proto::{ChannelKind, ChannelMeta};
+use diodon_proto::{ChannelKind, ChannelMeta, Rate, SenderConfig};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -76,6 +82,9 @@ diodon_counters::counters! {
         dropped_head: counter Count "dropped_head" "Oldest queued packets dropped to make room (drop-head; offered load above the link rate).",
         /// The kernel's count for the TUN ring (readers starved of CPU).
         tun_tx_dropped: counter Count "tun_tx_dropped" "Packets the kernel dropped because the TUN ring was full (interface tx_dropped since start).",
+        /// The shaper in front of the TUN (`--shape`), when there is one.
+        shaper_dropped: counter Count "shaper_dropped" "Packets the shaper in front of the TUN dropped because its limit was full (traffic that cannot be slowed, e.g. forwarded).",
+        shaper_backlog: gauge Bytes "shaper_backlog" "Bytes waiting in the shaper in front of the TUN now.",
         malformed_truncated: counter Count "malformed_truncated" "Reads shorter than an IP (or virtio-net) header, dropped.",
         malformed_version: counter Count "malformed_version" "Packets of an IP version other than 4 and 6, dropped.",
         malformed_header: counter Count "malformed_header" "IPv4 packets with a bad header length, dropped.",
@@ -141,6 +150,10 @@ pub struct TunnelSourceStats {
     pub dropped_head: AtomicU64,
     /// The TUN's `tx_dropped` since start.
     pub tun_tx_dropped: AtomicU64,
+    /// The shaper's drops since start.
+    pub shaper_dropped: AtomicU64,
+    /// Bytes in the shaper now.
+    pub shaper_backlog: AtomicU64,
     /// Malformed: truncated.
     pub malformed_truncated: AtomicU64,
     /// Malformed: version.
@@ -170,6 +183,8 @@ impl TunnelSourceStats {
             dropped_tail: g(&self.dropped_tail),
             dropped_head: g(&self.dropped_head),
             tun_tx_dropped: g(&self.tun_tx_dropped),
+            shaper_dropped: g(&self.shaper_dropped),
+            shaper_backlog: g(&self.shaper_backlog),
             malformed_truncated: g(&self.malformed_truncated),
             malformed_version: g(&self.malformed_version),
             malformed_header: g(&self.malformed_header),
@@ -225,34 +240,48 @@ impl PacketQueue {
 
     /// Queues a packet, or drops by policy (counted in `stats`).
     pub fn push(&self, packet: Vec<u8>, stats: &TunnelSourceStats) {
+        let mut one = vec![packet];
+        self.push_all(&mut one, stats);
+    }
+
+    /// Queues every packet of `packets` in order (taking them; the vector
+    /// is left empty for reuse), dropping by policy where the queue is
+    /// full, under one lock and with one wake-up of the packer.
+    pub fn push_all(&self, packets: &mut Vec<Vec<u8>>, stats: &TunnelSourceStats) {
+        if packets.is_empty() {
+            return;
+        }
         let Ok(mut q) = self.inner.lock() else {
+            packets.clear();
             return;
         };
-        let len = packet.len();
-        if q.bytes + len > self.capacity {
-            match self.policy {
-                DropPolicy::Tail => {
-                    stats.dropped_tail.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                DropPolicy::Head => {
-                    while q.bytes + len > self.capacity {
-                        let Some(old) = q.packets.pop_front() else {
-                            break;
-                        };
-                        q.bytes -= old.len();
-                        stats.dropped_head.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if q.bytes + len > self.capacity {
-                        // Larger than the whole queue: it cannot be queued.
+        for packet in packets.drain(..) {
+            let len = packet.len();
+            if q.bytes + len > self.capacity {
+                match self.policy {
+                    DropPolicy::Tail => {
                         stats.dropped_tail.fetch_add(1, Ordering::Relaxed);
-                        return;
+                        continue;
+                    }
+                    DropPolicy::Head => {
+                        while q.bytes + len > self.capacity {
+                            let Some(old) = q.packets.pop_front() else {
+                                break;
+                            };
+                            q.bytes -= old.len();
+                            stats.dropped_head.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if q.bytes + len > self.capacity {
+                            // Larger than the whole queue: it cannot be queued.
+                            stats.dropped_tail.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
                     }
                 }
             }
+            q.bytes += len;
+            q.packets.push_back(packet);
         }
-        q.bytes += len;
-        q.packets.push_back(packet);
         stats.queue_bytes.store(q.bytes as u64, Ordering::Relaxed);
         drop(q);
         self.ready.notify_one();
@@ -318,6 +347,38 @@ pub struct TunnelSourceOptions {
     pub max_packet: usize,
     /// Run the backpressure probe at start-up (creates a scratch TUN).
     pub probe: bool,
+    /// A token-bucket qdisc to install in front of the TUN (`--shape`).
+    pub shaper: Option<Shaper>,
+}
+
+/// The shaper that lets packets into the TUN no faster than the link
+/// carries them (`--shape auto`).
+///
+/// - rate: the link rate less the repair share of a full block and ~5 %
+///   for headers and record framing, in IP packet bytes per second;
+/// - burst: half the TUN's ring in packets of `packet_mtu` (at least two
+///   packets, at most 64 KiB), so what passes back to back always fits;
+/// - limit: 100 ms at that rate, at least 512 KiB: more than a socket's
+///   default send buffer, so a local sender blocks before the shaper drops.
+///
+/// `None` for an unpaced link (there is no rate to shape to).
+pub fn shaper_for(rate: Rate, config: &SenderConfig, ring: u32, packet_mtu: u32) -> Option<Shaper> {
+    if rate.is_unlimited() {
+        return None;
+    }
+    let k = u64::from(config.block_symbols.max(1));
+    let m = u64::from(config.repair.repair_for(config.block_symbols));
+    let rate_bytes_per_sec = (rate.bps() / 8 * k / (k + m) * 95 / 100).max(1);
+    let mtu = packet_mtu.max(576);
+    let burst_bytes = (ring / 2 * mtu).clamp(2 * mtu, 64 * 1024);
+    let limit_bytes = u32::try_from(rate_bytes_per_sec / 10)
+        .unwrap_or(u32::MAX)
+        .max(512 * 1024);
+    Some(Shaper {
+        rate_bytes_per_sec,
+        burst_bytes,
+        limit_bytes,
+    })
 }
 
 /// Why the tunnel could not run.
@@ -349,6 +410,8 @@ pub struct OpenedTun {
     queues: Vec<Tun>,
     /// The interface's `tx_dropped` when it was opened.
     base_drops: u64,
+    /// The shaper's counters (opened before any sandbox) and its drops at start.
+    shaper: Option<(QdiscWatch, u64)>,
 }
 
 /// Does what the tunnel's source needs privilege for, starting no thread:
@@ -370,6 +433,28 @@ pub fn open_tunnel(opts: &TunnelSourceOptions) -> Result<OpenedTun, TunnelError>
         tun::set_mtu(&name, m).map_err(err("set MTU"))?;
     }
     tun::set_up(&name).map_err(err("bring up"))?;
+    let shaper = match opts.shaper {
+        Some(mut s) => {
+            // What passes back to back must fit the ring as it is now
+            // (half of it, at least two packets).
+            if let Ok(ring) = tun::txqueuelen(&name) {
+                let mtu = opts.mtu.unwrap_or(1500).max(576);
+                s.burst_bytes = s.burst_bytes.min((ring / 2 * mtu).max(2 * mtu));
+            }
+            qdisc::set_shaper(&name, s).map_err(err("install the shaper"))?;
+            let watch = QdiscWatch::open(&name).map_err(err("read the shaper"))?;
+            let base = watch.read().map_err(err("read the shaper"))?.drops;
+            tracing::info!(
+                tun = %name,
+                rate_mbit = s.rate_bytes_per_sec as f64 * 8.0 / 1e6,
+                burst = s.burst_bytes,
+                limit = s.limit_bytes,
+                "shaper in front of the TUN: bursts wait there, local senders block"
+            );
+            Some((watch, base))
+        }
+        None => None,
+    };
     tracing::info!(
         tun = %name,
         queues = queues.len(),
@@ -383,6 +468,7 @@ pub fn open_tunnel(opts: &TunnelSourceOptions) -> Result<OpenedTun, TunnelError>
     Ok(OpenedTun {
         queues,
         base_drops: tun::tx_dropped(&name).unwrap_or(0),
+        shaper,
     })
 }
 
@@ -409,12 +495,26 @@ pub fn serve_opened_tunnel(
     stats: &Arc<TunnelSourceStats>,
 ) -> Result<(), TunnelError> {
     let name = opts.tun.name.clone();
-    let OpenedTun { queues, base_drops } = tun;
+    let OpenedTun {
+        queues,
+        base_drops,
+        shaper,
+    } = tun;
     let refresh_drops = || {
         if let Ok(d) = tun::tx_dropped(&name) {
             stats
                 .tun_tx_dropped
                 .store(d.saturating_sub(base_drops), Ordering::Relaxed);
+        }
+        if let Some((watch, base)) = &shaper {
+            if let Ok(q) = watch.read() {
+                stats
+                    .shaper_dropped
+                    .store(q.drops.saturating_sub(*base), Ordering::Relaxed);
+                stats
+                    .shaper_backlog
+                    .store(q.backlog_bytes, Ordering::Relaxed);
+            }
         }
     };
     let queue = Arc::new(PacketQueue::new(opts.queue_bytes, opts.policy));
@@ -504,8 +604,14 @@ fn announce(probe: bool) {
     }
 }
 
-/// One TUN queue's reader: read, finish/segment, validate, queue. Never
-/// blocks on anything but the read itself.
+/// Reads a reader takes from its queue before handing their packets to
+/// the packet queue at once (one lock, one wake-up).
+const READ_BATCH: usize = 64;
+
+/// One TUN queue's reader: wait for a packet, then take what else waits
+/// without waiting (up to [`READ_BATCH`] reads: one syscall per packet
+/// instead of a poll and a read), finish/segment, validate, queue the batch.
+/// Never blocks on anything but the wait for the first packet.
 fn read_loop(
     tun: &Tun,
     queue: &PacketQueue,
@@ -515,7 +621,14 @@ fn read_loop(
 ) {
     let mut buf = vec![0u8; tun::MAX_READ];
     let mut scratch = Vec::with_capacity(tun::MAX_READ);
+    let mut batch = Vec::with_capacity(READ_BATCH);
     let vnet = tun.vnet_hdr();
+    if let Err(e) = tun.set_nonblocking(true) {
+        tracing::warn!(
+            tun = tun.name(),
+            "cannot read without waiting ({e}); one read per wake-up"
+        );
+    }
     while !stop.load(Ordering::Relaxed) {
         let n = match tun.recv(&mut buf, Duration::from_millis(50)) {
             Ok(Some(n)) => n,
@@ -526,7 +639,20 @@ fn read_loop(
                 continue;
             }
         };
-        take_read(&buf[..n], vnet, max_packet, &mut scratch, queue, stats);
+        take_read(&buf[..n], vnet, max_packet, &mut scratch, &mut batch, stats);
+        for _ in 1..READ_BATCH {
+            match tun.try_recv(&mut buf) {
+                Ok(Some(n)) => {
+                    take_read(&buf[..n], vnet, max_packet, &mut scratch, &mut batch, stats);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!(tun = tun.name(), "read: {e}");
+                    break;
+                }
+            }
+        }
+        queue.push_all(&mut batch, stats);
     }
 }
 
@@ -538,7 +664,7 @@ fn take_read(
     vnet: bool,
     max_packet: usize,
     scratch: &mut Vec<u8>,
-    queue: &PacketQueue,
+    out: &mut Vec<Vec<u8>>,
     stats: &TunnelSourceStats,
 ) {
     stats.reads.fetch_add(1, Ordering::Relaxed);
@@ -561,7 +687,7 @@ fn take_read(
         }
         stats.packets.fetch_add(1, Ordering::Relaxed);
         stats.bytes.fetch_add(p.len() as u64, Ordering::Relaxed);
-        queue.push(p.to_vec(), stats);
+        out.push(p.to_vec());
     });
     if let Err(e) = r {
         stats.malformed(&e);
@@ -783,9 +909,13 @@ mod tests {
                 true,
             ),
         ] {
-            take_read(read, vnet, 1500, &mut scratch, &q, &stats);
+            let mut out = Vec::new();
+            take_read(read, vnet, 1500, &mut scratch, &mut out, &stats);
+            q.push_all(&mut out, &stats);
         }
-        take_read(&good, false, 20, &mut scratch, &q, &stats);
+        let mut out = Vec::new();
+        take_read(&good, false, 20, &mut scratch, &mut out, &stats);
+        q.push_all(&mut out, &stats);
         let c = stats.snapshot();
         assert_eq!((c.reads, c.packets), (8, 1));
         assert_eq!(

@@ -25,6 +25,9 @@
 //! - [`tun`]: TUN devices (IP packets in user space): multi-queue, the
 //!   virtio-net header and offloads, txqueuelen/MTU/up, the drop counter and
 //!   the backpressure probe; TAP devices (Ethernet frames).
+//! - [`qdisc`]: a token-bucket qdisc installed in front of an interface
+//!   (the tunnel's shaper: bursts wait, local senders block) and its counters,
+//!   over rtnetlink.
 //! - [`packet`]: `AF_PACKET` capture through a `TPACKET_V3` ring with
 //!   fanout and its kernel drop counter, raw frame sending, interface
 //!   index and MAC.
@@ -43,6 +46,7 @@ pub mod fs;
 pub mod netns;
 pub mod packet;
 pub mod pcap;
+pub mod qdisc;
 pub mod route;
 pub mod sandbox;
 pub mod signal;

@@ -275,11 +275,46 @@ impl Tun {
         if !poll_readable(self.file.as_raw_fd(), timeout)? {
             return Ok(None);
         }
+        self.try_recv(buf)
+    }
+
+    /// Reads one packet if one is waiting, `Ok(None)` if not; never waits
+    /// once [`Tun::set_nonblocking`] is on (a blocking queue would wait here).
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match io::Read::read(&mut &self.file, buf) {
             Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
+    }
+
+    /// Sets or clears `O_NONBLOCK` on this queue's descriptor: reads then
+    /// return at once when no packet waits ([`Tun::try_recv`]).
+    #[expect(unsafe_code, reason = "fcntl(F_SETFL) has no safe std wrapper")]
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let fd = self.file.as_raw_fd();
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own; no pointers.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if on {
+            flags | libc::O_NONBLOCK
+        } else {
+            flags & !libc::O_NONBLOCK
+        };
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETFL, flags) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Writes one packet (with its virtio-net header when enabled).

@@ -25,6 +25,7 @@
 //!  relay     seeded impairment relay (UDP or TUN pair): diodon-sim's nodes
 //!            on the wall clock (for transports with a return path)   (leaf)
 //!  trace     pcap traces for the tap (the prefilter thesis's mixes)   (leaf)
+//!  stream    a timestamped test stream: stamp, loss and latency tally (leaf)
 //! ```
 //!
 //! The arrows are the only imports between the modules: no module imports
@@ -43,6 +44,7 @@ pub mod relay;
 pub mod report;
 pub mod resume;
 pub mod row;
+pub mod stream;
 pub mod testfile;
 pub mod tools;
 pub mod trace;

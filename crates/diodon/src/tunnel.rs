@@ -18,10 +18,12 @@ use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{MetricsOptions, SendInput, SendJob};
 use diodon_apps::report::Exit;
 use diodon_apps::sandbox::{send_policy, SendSources};
-use diodon_apps::tunnel::{DropPolicy, TunnelSourceOptions};
+use diodon_apps::tunnel::{shaper_for, DropPolicy, TunnelSourceOptions};
 use diodon_apps::SendOptions;
+use diodon_io::qdisc::Shaper;
 use diodon_io::tun::{Offload, TunConfig};
 use diodon_proto::records::{MAX_RECORD, RECORD_HEADER};
+use diodon_proto::{Rate, SenderConfig};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +69,14 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
     }
     .max(64 * 1024);
     let offload = a.offload || file.offload.unwrap_or(false);
+    let txqueuelen = a.txqueuelen.or(file.txqueuelen);
+    let shaper = shaper(
+        pick(a.shape.as_ref(), file.shape.as_ref()).as_deref(),
+        &link,
+        &config,
+        txqueuelen,
+        a.tun_mtu.or(file.tun_mtu),
+    )?;
     let source = TunnelSourceOptions {
         tun: TunConfig {
             name: tun,
@@ -75,11 +85,12 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
             offload: if offload { Offload::ALL } else { Offload::NONE },
         },
         mtu: a.tun_mtu.or(file.tun_mtu),
-        txqueuelen: a.txqueuelen.or(file.txqueuelen),
+        txqueuelen,
         queue_bytes,
         policy,
         max_packet: (config.block_bytes() - RECORD_HEADER).min(MAX_RECORD),
         probe: !(a.no_probe || file.no_probe.unwrap_or(false)),
+        shaper,
     };
     let bind = pick(a.bind.as_ref(), file.bind.as_ref());
     let metrics = pick(a.metrics.as_ref(), file.metrics.as_ref());
@@ -105,4 +116,48 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
     };
     let policy = send_policy(&SendSources::Tun, &sandbox);
     execute(job, &link, Some((policy, stop)))
+}
+
+/// `--shape`: `off` (or absent), `auto` (the tunnel's capacity at the link
+/// rate: [`shaper_for`]), or a rate in IP packet bits per second; the burst
+/// and limit follow [`shaper_for`]'s rules either way.
+fn shaper(
+    shape: Option<&str>,
+    link: &Link,
+    config: &SenderConfig,
+    txqueuelen: Option<u32>,
+    tun_mtu: Option<u32>,
+) -> Result<Option<Shaper>, Fatal> {
+    // The kernel's default ring is 500 packets; its default TUN MTU 1500.
+    let (ring, mtu) = (txqueuelen.unwrap_or(500), tun_mtu.unwrap_or(1500));
+    let rate = match shape.map(str::trim) {
+        None | Some("off") => return Ok(None),
+        Some("auto") => link.rate,
+        Some(r) => {
+            let rate: Rate = r.parse().map_err(|_| {
+                Fatal::config(anyhow!(
+                    "--shape {r}: expected `auto`, `off` or a rate such as `80mbit`"
+                ))
+            })?;
+            // A given rate is the shaper's own, not a link rate to take the
+            // repair share off.
+            return shaper_for(rate, config, ring, mtu)
+                .map(|s| {
+                    Some(Shaper {
+                        rate_bytes_per_sec: rate.bps() / 8,
+                        ..s
+                    })
+                })
+                .ok_or_else(|| unpaced(r));
+        }
+    };
+    shaper_for(rate, config, ring, mtu)
+        .map(Some)
+        .ok_or_else(|| unpaced("auto"))
+}
+
+fn unpaced(what: &str) -> Fatal {
+    Fatal::config(anyhow!(
+        "--shape {what} needs a paced link: give --rate (the shaper lets packets in no faster than the link carries them)"
+    ))
 }

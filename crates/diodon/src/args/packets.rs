@@ -175,6 +175,13 @@ pub struct TunnelSendArgs {
     /// Skip the start-up probe for TUN backpressure (it creates a scratch TUN).
     #[arg(long)]
     pub no_probe: bool,
+    /// A shaper (token-bucket qdisc) in front of the TUN: `auto` (the
+    /// tunnel's capacity at `--rate`), a rate (`80mbit`), or `off`. Bursts
+    /// wait there instead of overflowing the TUN's ring, and a local sender
+    /// blocks when its send buffer fills (backpressure on a stock kernel).
+    /// Default off.
+    #[arg(long, value_name = "RATE")]
+    pub shape: Option<String>,
     /// Serve Prometheus metrics over HTTP here.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,

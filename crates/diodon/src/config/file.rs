@@ -89,6 +89,8 @@ pub struct FileConfig {
     pub flush: Option<u64>,
     /// `no-probe` (tunnel send).
     pub no_probe: Option<bool>,
+    /// `shape` (tunnel send): `auto`, a rate, or `off`.
+    pub shape: Option<String>,
     /// `sync`: source directories.
     pub sources: Option<Vec<PathBuf>>,
     /// `sync`: the state database.

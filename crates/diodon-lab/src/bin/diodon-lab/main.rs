@@ -7,6 +7,7 @@
 //!  diodon-lab relay …         ─► relay.rs ─► diodon_lab::relay::{run_udp, run_tun_pair}
 //!  diodon-lab trace …         ─► trace.rs ─► diodon_lab::trace::write (pcap for tcpreplay)
 //!  diodon-lab plot-fig4 …     ─► plot.rs  ─► diodon_lab::plot::plot_fig4 (bench-tunnel.sh's CSV)
+//!  diodon-lab stream send|recv ─► stream.rs ─► diodon_lab::stream (stamped stream, latency tally)
 //! ```
 //!
 //! Exit codes: 0 success (for `trial`: all trials ran, whatever their
@@ -16,6 +17,7 @@
 mod fatal;
 mod plot;
 mod relay;
+mod stream;
 mod trace;
 mod trial;
 mod values;
@@ -47,6 +49,8 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Draw a scripts/bench-tunnel.sh run as the NODROP paper's Fig. 4 (loss and throughput).
     PlotFig4(plot::PlotFig4Args),
+    /// A paced, timestamped UDP stream and its receiver (loss and one-way latency).
+    Stream(stream::StreamArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Relay(args) => relay::run(&args, &stop_flag()).map_err(Fatal::io),
         Command::Trace(args) => trace::run(&args),
         Command::PlotFig4(args) => plot::run(&args),
+        Command::Stream(args) => stream::run(&args, &stop_flag()),
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
