@@ -153,7 +153,9 @@ EOF
     echo "$pid" >"$dir/broker.pid"
 
     local deadline=$((SECONDS + ${DIODON_KAFKA_START_SECONDS:-90}))
-    until in_netns bash -c "exec 3<>/dev/tcp/$addr/$port" 2>/dev/null; do
+    local probe_addr="${addr#[}"
+    probe_addr="${probe_addr%]}"
+    until in_netns bash -c "exec 3<>/dev/tcp/$probe_addr/$port" 2>/dev/null; do
         if ! kill -0 "$pid" 2>/dev/null; then
             tail -n 30 "$dir/broker.log" >&2
             die "start: the broker exited before accepting on $listen"
