@@ -4,20 +4,32 @@
 //! consumer group exactly as written — key, value (null and empty apart),
 //! headers in order with a repeated name, the producer's timestamp, one
 //! offset after the other — and the group's committed offset is where a
-//! restarted source would resume. Needs root and namespaces (the broker
-//! runs in one); skips without them, fails under `CI=true`.
+//! restarted source would resume. The records read are then framed with
+//! the wire codec (`diodon_proto::kafka_record`) into one channel's bytes,
+//! read back from them and produced into a second topic, which must read
+//! the same: the codec keeps everything the client exposes. Needs root and
+//! namespaces (the broker runs in one); skips without them, fails under
+//! `CI=true`.
+//!
+//! ```text
+//!  produce ─► diodon-smoke ─► group ─► emit ─► channel bytes ─► parse_prefix
+//!                                                                   │
+//!            compare ◄─ group ◄─ diodon-smoke-far ◄─ idempotent producer
+//! ```
 
 use diodon_io::netns;
+use diodon_proto::kafka_record::{KafkaRecord, RecordHeader, RecordTimestamp};
 use diodon_testkit::kafka::{require_kafka, KafkaBroker};
 use diodon_testkit::Namespace;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, Timestamp, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 const TOPIC: &str = "diodon-smoke";
+const FAR_TOPIC: &str = "diodon-smoke-far";
 const CREATED_MS: i64 = 1_795_000_000_000;
 
 /// One record as the consumer sees it, owned, for comparison.
@@ -53,17 +65,32 @@ fn records_round_trip_through_a_real_broker_with_rdkafka() {
     }
 }
 
-/// Produces three records, reads them back in a group, commits.
+impl Seen {
+    fn of(m: &OwnedMessage) -> Seen {
+        Seen {
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m.headers().map_or_else(Vec::new, |h| {
+                h.iter()
+                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            }),
+            created_ms: match m.timestamp() {
+                Timestamp::CreateTime(ms) => Some(ms),
+                Timestamp::LogAppendTime(_) | Timestamp::NotAvailable => None,
+            },
+        }
+    }
+}
+
+/// Produces three records, reads them back in a group, commits; carries
+/// them through the wire codec into the far topic and reads that.
 fn produce_then_consume(bootstrap: &str) -> Result<(), String> {
     produce(bootstrap)?;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "diodon-smoke")
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|e| format!("consumer: {e}"))?;
-    let seen = consume(&consumer, 3)?;
+    let consumer = group_consumer(bootstrap, "diodon-smoke")?;
+    let read = consume(&consumer, TOPIC, 3)?;
+    let seen: Vec<Seen> = read.iter().map(Seen::of).collect();
     let want = expected();
     if seen != want {
         return Err(format!("consumed {seen:#?}\nwanted {want:#?}"));
@@ -81,7 +108,94 @@ fn produce_then_consume(bootstrap: &str) -> Result<(), String> {
     if offset != Some(Offset::Offset(3)) {
         return Err(format!("committed offset {offset:?}, wanted 3"));
     }
+
+    let mut channel = Vec::new();
+    for m in &read {
+        frame(m, &mut channel)?;
+    }
+    replay(bootstrap, &channel)?;
+    let far = consume(
+        &group_consumer(bootstrap, "diodon-smoke-far")?,
+        FAR_TOPIC,
+        3,
+    )?;
+    let far: Vec<Seen> = far.iter().map(Seen::of).collect();
+    if far != want {
+        return Err(format!("far topic read {far:#?}\nwanted {want:#?}"));
+    }
     Ok(())
+}
+
+fn group_consumer(bootstrap: &str, group: &str) -> Result<BaseConsumer, String> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))
+}
+
+/// Appends `m` to a channel's bytes as the Kafka source frames it.
+fn frame(m: &OwnedMessage, channel: &mut Vec<u8>) -> Result<(), String> {
+    let record = KafkaRecord {
+        source_offset: u64::try_from(m.offset()).map_err(|e| format!("offset: {e}"))?,
+        timestamp: match m.timestamp() {
+            Timestamp::NotAvailable => RecordTimestamp::NotAvailable,
+            Timestamp::CreateTime(ms) => RecordTimestamp::CreateTime(ms),
+            Timestamp::LogAppendTime(ms) => RecordTimestamp::LogAppendTime(ms),
+        },
+        key: m.key(),
+        value: m.payload(),
+        headers: m.headers().map_or_else(Vec::new, |h| {
+            h.iter()
+                .map(|h| RecordHeader {
+                    name: h.key,
+                    value: h.value,
+                })
+                .collect()
+        }),
+    };
+    record
+        .emit(channel)
+        .map_err(|e| format!("framing offset {}: {e}", m.offset()))
+}
+
+/// Reads a channel's bytes back into records and produces each into the
+/// far topic, as the Kafka sink does (in order, idempotent producer).
+fn replay(bootstrap: &str, channel: &[u8]) -> Result<(), String> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .map_err(|e| format!("far producer: {e}"))?;
+    let mut at = 0;
+    while let Some((record, used)) =
+        KafkaRecord::parse_prefix(&channel[at..]).map_err(|e| format!("channel at {at}: {e}"))?
+    {
+        let headers = record.headers.iter().fold(OwnedHeaders::new(), |h, r| {
+            h.insert(Header {
+                key: r.name,
+                value: r.value,
+            })
+        });
+        let mut out = BaseRecord::<[u8], [u8]>::to(FAR_TOPIC).headers(headers);
+        out.key = record.key;
+        out.payload = record.value;
+        if let RecordTimestamp::CreateTime(ms) = record.timestamp {
+            out = out.timestamp(ms);
+        }
+        producer
+            .send(out)
+            .map_err(|(e, _)| format!("far send of offset {}: {e}", record.source_offset))?;
+        at += used;
+    }
+    if at != channel.len() {
+        return Err(format!("{} bytes left in the channel", channel.len() - at));
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .map_err(|e| format!("far flush: {e}"))
 }
 
 /// Three records: key, value and headers (a repeated name, an empty and
@@ -137,21 +251,26 @@ fn produce(bootstrap: &str) -> Result<(), String> {
         .map_err(|e| format!("flush: {e}"))
 }
 
-/// The first `count` records the group's consumer reads, within 60 s.
+/// The first `count` records of `topic` the group's consumer reads,
+/// within 60 s.
 #[expect(
     clippy::disallowed_methods,
     reason = "the test's own deadline for the consumer"
 )]
-fn consume(consumer: &BaseConsumer, count: usize) -> Result<Vec<Seen>, String> {
+fn consume(
+    consumer: &BaseConsumer,
+    topic: &str,
+    count: usize,
+) -> Result<Vec<OwnedMessage>, String> {
     consumer
-        .subscribe(&[TOPIC])
+        .subscribe(&[topic])
         .map_err(|e| format!("subscribe: {e}"))?;
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while seen.len() < count {
         if Instant::now() > deadline {
             return Err(format!(
-                "60 s and only {} of {count} records: {seen:?}",
+                "60 s and only {} of {count} records of {topic}: {seen:?}",
                 seen.len()
             ));
         }
@@ -163,20 +282,7 @@ fn consume(consumer: &BaseConsumer, count: usize) -> Result<Vec<Seen>, String> {
         if m.partition() != 0 {
             return Err(format!("record on partition {}", m.partition()));
         }
-        seen.push(Seen {
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers: m.headers().map_or_else(Vec::new, |h| {
-                h.iter()
-                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                    .collect()
-            }),
-            created_ms: match m.timestamp() {
-                Timestamp::CreateTime(ms) => Some(ms),
-                Timestamp::LogAppendTime(_) | Timestamp::NotAvailable => None,
-            },
-        });
+        seen.push(m.detach());
     }
     Ok(seen)
 }
