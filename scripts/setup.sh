@@ -7,7 +7,12 @@
 # what the tests use: what the trial harness compares against
 # (netcat-openbsd, pydiode in a venv) and the tap's tests use (tcpreplay,
 # tcpdump, softflowd, nfdump, python3-scapy) and the package's checks use
-# (systemd-analyze, man) and the dashboard's test uses (chromium). Idempotent: installs only what is missing.
+# (systemd-analyze, man) and the dashboard's test uses (chromium), and
+# for the Kafka tests a JRE and Maven, with which it fetches the Kafka
+# broker into its cache (scripts/kafka.sh fetch). The Kafka client
+# (rdkafka) builds librdkafka from source: cmake, and libcurl's headers,
+# which librdkafka 2.12 includes even when built without curl.
+# Idempotent: installs only what is missing.
 # Source it (`. scripts/setup.sh`) to get cargo on PATH in the calling shell.
 set -euo pipefail
 
@@ -37,6 +42,10 @@ if [[ $(id -u) -eq 0 ]]; then
     command -v ethtool >/dev/null 2>&1 || missing+=(ethtool)
     command -v cc >/dev/null 2>&1 || missing+=(build-essential)
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    # The Kafka client: rdkafka's cmake-build compiles librdkafka.
+    command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+    compgen -G '/usr/include/*/curl/curl.h' >/dev/null || [[ -f /usr/include/curl/curl.h ]] ||
+        missing+=(libcurl4-openssl-dev)
     if [[ ${DIODON_SETUP:-} == tests ]]; then
         # The trial harness compares against OpenBSD netcat and labels its plots.
         command -v nc.openbsd >/dev/null 2>&1 || missing+=(netcat-openbsd)
@@ -55,6 +64,10 @@ if [[ $(id -u) -eq 0 ]]; then
         command -v man >/dev/null 2>&1 || missing+=(man-db)
         # The dashboard's test renders the page in a real headless browser.
         command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+        # The Kafka tests run a real broker (scripts/kafka.sh): Java 17+
+        # and the Maven client that fetches it from Maven Central.
+        command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+        command -v mvn >/dev/null 2>&1 || missing+=(maven)
     fi
     if ((${#missing[@]})); then
         echo "setup: apt-get install ${missing[*]}" >&2
@@ -65,5 +78,8 @@ if [[ $(id -u) -eq 0 ]]; then
         # ... and the trial harness against pydiode (PyPI, redundancy 1 and 2).
         "$(dirname "${BASH_SOURCE[0]}")/install-pydiode.sh" ||
             echo "setup: WARNING: pydiode could not be installed; trial tests with pydiode will fail under CI" >&2
+        # ... and the Kafka broker the Kafka tests start (a no-op once cached).
+        "$(dirname "${BASH_SOURCE[0]}")/kafka.sh" fetch ||
+            echo "setup: WARNING: Kafka could not be fetched; the Kafka tests will fail under CI" >&2
     fi
 fi

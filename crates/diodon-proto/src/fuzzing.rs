@@ -14,6 +14,7 @@
 //!                              ─► stats identity, verdict and delivery invariants
 //!              ──► fec()       k, m, L, erasures ─► encode ─► erase ≤ m ─► decode == source
 //!              ──► bundle()    bundle::parse ─► entries ─► push_entry (same bytes)
+//!              ──► kafka_record()  parse_prefix stream ─► records ─► emit (same bytes)
 //! ```
 //!
 //! Not a stable API: hidden from the docs, for the fuzz targets and tests
@@ -1035,4 +1036,75 @@ pub fn bundle(data: &[u8]) {
         let got = parse(&built).expect("a bundle push_entry wrote parses");
         assert_eq!(got.len(), want);
     }
+}
+
+/// A stream of framed Kafka records (`kafka_record`): whatever the reader
+/// accepts lies inside the input and re-frames to exactly the bytes it was
+/// read from; a prefix of an accepted stream reads as "need more", never as
+/// an error; a record built from the input frames and reads back equal.
+/// Never panics.
+pub fn kafka_record(data: &[u8]) {
+    use crate::kafka_record::{KafkaRecord, RecordHeader, RecordTimestamp, LENGTH_PREFIX};
+    let mut at = 0;
+    while let Ok(Some((record, used))) = KafkaRecord::parse_prefix(&data[at..]) {
+        assert!(
+            used >= LENGTH_PREFIX && at + used <= data.len(),
+            "read inside the input"
+        );
+        assert_eq!(
+            record.encoded_len(),
+            used,
+            "encoded_len agrees with the reader"
+        );
+        let mut again = Vec::new();
+        record.emit(&mut again).expect("a record read frames again");
+        assert_eq!(
+            again,
+            &data[at..at + used],
+            "a record re-frames to its bytes"
+        );
+        for cut in [0, 1, LENGTH_PREFIX, used / 2, used - 1] {
+            assert_eq!(
+                KafkaRecord::parse_prefix(&again[..cut]),
+                Ok(None),
+                "a cut record asks for more"
+            );
+        }
+        at += used;
+    }
+    // Build a record from the input itself: null/empty/non-empty fields
+    // and headers chosen by its first bytes.
+    let pick = |i: usize| data.get(i).copied().unwrap_or(0);
+    let bytes = |i: usize| -> Option<&[u8]> {
+        match pick(i) % 3 {
+            0 => None,
+            1 => Some(&[]),
+            _ => Some(&data[data.len().min(i)..]),
+        }
+    };
+    let names = ["", "trace-id", "\u{e9}t\u{e9}"];
+    let headers = (0..usize::from(pick(0) % 4))
+        .map(|h| RecordHeader {
+            name: names[h % names.len()],
+            value: bytes(h + 4),
+        })
+        .collect();
+    let ms = i64::from_be_bytes(std::array::from_fn(|i| pick(i + 1)));
+    let record = KafkaRecord {
+        source_offset: u64::from_be_bytes(std::array::from_fn(|i| pick(i + 2))),
+        timestamp: match pick(3) % 3 {
+            0 => RecordTimestamp::NotAvailable,
+            1 => RecordTimestamp::CreateTime(ms),
+            _ => RecordTimestamp::LogAppendTime(ms),
+        },
+        key: bytes(1),
+        value: bytes(2),
+        headers,
+    };
+    let mut framed = Vec::new();
+    record
+        .emit(&mut framed)
+        .expect("a record of the input frames");
+    assert_eq!(framed.len(), record.encoded_len());
+    assert_eq!(KafkaRecord::parse(&framed), Ok(record), "round trip");
 }

@@ -18,7 +18,8 @@
 //! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
 //! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
 //! session state machines), [`records`] (the record framing of datagram
-//! channels, aligned to blocks for packets), [`blocks`] (the set of a sync
+//! channels, aligned to blocks for packets), [`kafka_record`] (the framing
+//! of Kafka records in a topic-partition's channel), [`blocks`] (the set of a sync
 //! channel's blocks the application holds, merged across passes).
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod fec_plan;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod kafka_record;
 pub mod pacer;
 pub mod pool;
 pub mod receiver;

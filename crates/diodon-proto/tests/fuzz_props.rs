@@ -3,10 +3,12 @@
 //! `cargo test` exercises what `cargo fuzz` does, in miniature), and wire
 //! round trips: every valid `DatagramRepr` (data, repair, beacon, open,
 //! trailer) emits and parses back to itself in both integrity modes, and no
-//! single-bit flip of an emitted datagram is ever accepted.
+//! single-bit flip of an emitted datagram is ever accepted; streams of
+//! Kafka records (`kafka_record`) read back to the records framed.
 
 use diodon_proto::crypto::CipherCache;
 use diodon_proto::fuzzing;
+use diodon_proto::kafka_record::{KafkaRecord, RecordHeader, RecordTimestamp};
 use diodon_proto::wire::{
     open_datagram, parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta,
     ChannelState, DatagramRepr, Header, Integrity, SymbolRepr, SyncInfo, TrailerRepr,
@@ -14,6 +16,65 @@ use diodon_proto::wire::{
 };
 use diodon_proto::{ChannelId, SessionId};
 use proptest::prelude::*;
+
+/// An owned Kafka record for the round trip (the codec's record borrows).
+#[derive(Debug, Clone)]
+struct OwnedKafkaRecord {
+    source_offset: u64,
+    timestamp: RecordTimestamp,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl OwnedKafkaRecord {
+    fn as_record(&self) -> KafkaRecord<'_> {
+        KafkaRecord {
+            source_offset: self.source_offset,
+            timestamp: self.timestamp,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: self
+                .headers
+                .iter()
+                .map(|(name, value)| RecordHeader {
+                    name,
+                    value: value.as_deref(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Bytes that may be null, empty or not (null and empty must stay apart).
+fn nullable_bytes() -> impl Strategy<Value = Option<Vec<u8>>> {
+    proptest::option::of(prop::collection::vec(any::<u8>(), 0..200))
+}
+
+fn kafka_record() -> impl Strategy<Value = OwnedKafkaRecord> {
+    let timestamp = prop_oneof![
+        Just(RecordTimestamp::NotAvailable),
+        any::<i64>().prop_map(RecordTimestamp::CreateTime),
+        any::<i64>().prop_map(RecordTimestamp::LogAppendTime),
+    ];
+    let header = ("\\PC{0,12}", nullable_bytes());
+    (
+        any::<u64>(),
+        timestamp,
+        nullable_bytes(),
+        nullable_bytes(),
+        prop::collection::vec(header, 0..5),
+    )
+        .prop_map(
+            |(source_offset, timestamp, key, value, headers)| OwnedKafkaRecord {
+                source_offset,
+                timestamp,
+                key,
+                value,
+                headers,
+            },
+        )
+}
 
 /// An owned description of a valid datagram (the repr borrows its payload).
 #[derive(Debug, Clone)]
@@ -359,6 +420,28 @@ proptest! {
     }
 
     #[test]
+    fn kafka_record_fuzz_function_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..600)) {
+        fuzzing::kafka_record(&data);
+    }
+
+    #[test]
+    fn kafka_records_round_trip_through_a_stream(records in prop::collection::vec(kafka_record(), 0..12)) {
+        let mut stream = Vec::new();
+        for r in &records {
+            r.as_record().emit(&mut stream).unwrap();
+        }
+        let mut back = Vec::new();
+        let mut at = 0;
+        while let Some((r, used)) = KafkaRecord::parse_prefix(&stream[at..]).unwrap() {
+            back.push(r);
+            at += used;
+        }
+        prop_assert_eq!(at, stream.len());
+        let want: Vec<KafkaRecord<'_>> = records.iter().map(OwnedKafkaRecord::as_record).collect();
+        prop_assert_eq!(back, want);
+    }
+
+    #[test]
     fn records_round_trip(payloads in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..300), 0..20), pad in 0usize..4) {
         let mut block = Vec::new();
         for p in &payloads {
@@ -391,12 +474,13 @@ type Target = (&'static str, fn(&[u8]));
 #[test]
 fn fuzz_seeds_pass() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds");
-    let targets: [Target; 5] = [
+    let targets: [Target; 6] = [
         ("wire", fuzzing::wire),
         ("open", fuzzing::open),
         ("records", fuzzing::records),
         ("receiver", fuzzing::receiver),
         ("fec", fuzzing::fec),
+        ("kafka_record", fuzzing::kafka_record),
     ];
     for (target, run) in targets {
         let Ok(dir) = std::fs::read_dir(format!("{root}/{target}")) else {

@@ -2,9 +2,12 @@
 //! product code links it): the one policy for tests that need root and
 //! network namespaces ([`require_netns`]: skip with a visible message, or
 //! fail under `CI=true`; [`require_root`] likewise), [`Namespace`], a
-//! namespace that is deleted when the test ends, even by a panic, and
-//! [`SmallFs`], a small tmpfs to fill a disk on purpose; and [`selftest`],
-//! what the sandbox's self-test hook logged.
+//! namespace that is deleted when the test ends, even by a panic;
+//! [`SmallFs`], a small tmpfs to fill a disk on purpose; [`selftest`],
+//! what the sandbox's self-test hook logged; and [`kafka`], a real Kafka
+//! broker in a namespace (`scripts/kafka.sh`).
+
+pub mod kafka;
 
 use std::io::Write;
 use std::process::Command;
