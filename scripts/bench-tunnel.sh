@@ -22,9 +22,10 @@
 #
 # Three readers: naive, diodon (unpaced), and diodon-shaped: diodon tunnel
 # send --rate SHAPED_RATE (--shaped-rate, default 400mbit) --shape auto, the
-# shaper in front of the TUN holding what the ring cannot (the blaster is
-# local, so it blocks: its offered load falls to what passes; lost includes
-# the shaper's own drops).
+# shaper in front of the TUN holding what the ring cannot. Its blaster uses
+# the kernel's default send buffer (the others force 4 MiB), below the
+# shaper's limit, so it blocks: its offered load falls to what passes; lost
+# includes the shaper's own drops.
 #
 # --pin puts each side on its own core (taskset): the blaster and the reader
 # (and Diodon's sender) on CPU 0, the far side (naive: none; Diodon: the
@@ -50,6 +51,9 @@
 # reached a sink on the far side; CPU s/GB per side = the tunnel processes'
 # cpu_s over those bytes (the flooding application's own CPU is not counted).
 # Writes OUT/goodput.csv.
+#
+# KEEP_LOGS=1 keeps each Fig. 4 point's sender summary, the TUN's qdisc
+# statistics (tc -s) and the namespace's nstat counters in OUT.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -137,9 +141,15 @@ point() { # reader qlen
     sleep 0.3
     local d0 d1 blast offered
     d0=$(tx_dropped)
-    blast=$($(cpu tx) ip netns exec "$TX" "$BIN/diodon-blast" send 10.99.0.2:9 "$PAYLOAD" "$SECS")
+    # The shaped reader's flood comes from an ordinary socket (the kernel's
+    # default send buffer, below the shaper's limit), so it can be held back.
+    local sndbuf=$((4 << 20))
+    [[ $reader == diodon-shaped ]] && sndbuf=0
+    blast=$($(cpu tx) ip netns exec "$TX" "$BIN/diodon-blast" send 10.99.0.2:9 "$PAYLOAD" "$SECS" "$sndbuf")
     sleep 0.3
     d1=$(tx_dropped)
+    [[ -n ${KEEP_LOGS:-} ]] && ip netns exec "$TX" tc -s qdisc show dev dtx >"$OUT/qdisc-$reader-$q.txt" 2>&1
+    [[ -n ${KEEP_LOGS:-} ]] && ip netns exec "$TX" nstat -az >"$OUT/nstat-$reader-$q.txt" 2>&1
     offered=$(sed -n 's/.*"datagrams":\([0-9]*\).*/\1/p' <<<"$blast")
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     pids=()
@@ -148,7 +158,7 @@ point() { # reader qlen
     if [[ $reader != naive ]]; then
         # The shaper's drops are losses too (past its limit); unshaped: 0.
         lost=$((lost + $(json_num shaper_dropped "$(tail -1 "$OUT/send-$reader-$q.json")")))
-        rm -f "$OUT/send-$reader-$q.json"
+        [[ -n ${KEEP_LOGS:-} ]] || rm -f "$OUT/send-$reader-$q.json"
     fi
     awk -v r="$reader" -v q="$q" -v o="$offered" -v l="$lost" -v s="$SECS" -v p="$PAYLOAD" 'BEGIN {
         printf "%s,%d,%d,%d,%.2f,%.1f\n", r, q, o, l, (o ? 100 * l / o : 0), (o - l) * p * 8 / s / 1e6 }'

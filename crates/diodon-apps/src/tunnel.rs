@@ -354,10 +354,12 @@ pub struct TunnelSourceOptions {
 /// The shaper that lets packets into the TUN no faster than the link
 /// carries them (`--shape auto`).
 ///
-/// - rate: the link rate less the repair share of a full block and ~5 %
-///   for headers and record framing, in IP packet bytes per second;
-/// - burst: half the TUN's ring in packets of `packet_mtu` (at least two
-///   packets, at most 64 KiB), so what passes back to back always fits;
+/// - rate: the link rate less the repair share of a full block and 10 %
+///   for what else the pacer counts (Diodon's, UDP and IP headers, record
+///   framing, beacons), in IP packet bytes per second — a shaper any faster
+///   would only move the drops into Diodon's queue;
+/// - burst: half the TUN's ring in packets of `packet_mtu` (at least one
+///   packet, at most 64 KiB), so what passes back to back always fits;
 /// - limit: 100 ms at that rate, at least 512 KiB: more than a socket's
 ///   default send buffer, so a local sender blocks before the shaper drops.
 ///
@@ -368,9 +370,9 @@ pub fn shaper_for(rate: Rate, config: &SenderConfig, ring: u32, packet_mtu: u32)
     }
     let k = u64::from(config.block_symbols.max(1));
     let m = u64::from(config.repair.repair_for(config.block_symbols));
-    let rate_bytes_per_sec = (rate.bps() / 8 * k / (k + m) * 95 / 100).max(1);
+    let rate_bytes_per_sec = (rate.bps() / 8 * k / (k + m) * 90 / 100).max(1);
     let mtu = packet_mtu.max(576);
-    let burst_bytes = (ring / 2 * mtu).clamp(2 * mtu, 64 * 1024);
+    let burst_bytes = (ring / 2 * mtu).clamp(mtu, 64 * 1024);
     let limit_bytes = u32::try_from(rate_bytes_per_sec / 10)
         .unwrap_or(u32::MAX)
         .max(512 * 1024);
@@ -436,10 +438,10 @@ pub fn open_tunnel(opts: &TunnelSourceOptions) -> Result<OpenedTun, TunnelError>
     let shaper = match opts.shaper {
         Some(mut s) => {
             // What passes back to back must fit the ring as it is now
-            // (half of it, at least two packets).
+            // (half of it, at least one packet).
             if let Ok(ring) = tun::txqueuelen(&name) {
                 let mtu = opts.mtu.unwrap_or(1500).max(576);
-                s.burst_bytes = s.burst_bytes.min((ring / 2 * mtu).max(2 * mtu));
+                s.burst_bytes = s.burst_bytes.min((ring / 2 * mtu).max(mtu));
             }
             qdisc::set_shaper(&name, s).map_err(err("install the shaper"))?;
             let watch = QdiscWatch::open(&name).map_err(err("read the shaper"))?;
@@ -500,6 +502,7 @@ pub fn serve_opened_tunnel(
         base_drops,
         shaper,
     } = tun;
+    let shaper_unreadable = AtomicBool::new(false);
     let refresh_drops = || {
         if let Ok(d) = tun::tx_dropped(&name) {
             stats
@@ -507,13 +510,20 @@ pub fn serve_opened_tunnel(
                 .store(d.saturating_sub(base_drops), Ordering::Relaxed);
         }
         if let Some((watch, base)) = &shaper {
-            if let Ok(q) = watch.read() {
-                stats
-                    .shaper_dropped
-                    .store(q.drops.saturating_sub(*base), Ordering::Relaxed);
-                stats
-                    .shaper_backlog
-                    .store(q.backlog_bytes, Ordering::Relaxed);
+            match watch.read() {
+                Ok(q) => {
+                    stats
+                        .shaper_dropped
+                        .store(q.drops.saturating_sub(*base), Ordering::Relaxed);
+                    stats
+                        .shaper_backlog
+                        .store(q.backlog_bytes, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if !shaper_unreadable.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(tun = %name, "cannot read the shaper's counters ({e}); its drops are not counted");
+                    }
+                }
             }
         }
     };
@@ -850,6 +860,37 @@ impl Sink for TunSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shaper_runs_below_the_links_payload_rate_and_its_burst_fits_the_ring() {
+        let config = SenderConfig::default(); // 256 + 26
+        let rate = Rate::bits_per_sec(100_000_000);
+        let s = shaper_for(rate, &config, 25, 1500).expect("a paced link");
+        assert_eq!(s.rate_bytes_per_sec, 12_500_000 * 256 / 282 * 90 / 100);
+        assert!(
+            s.rate_bytes_per_sec * 8 < 90_000_000,
+            "below the link, repair and headers"
+        );
+        assert_eq!(s.burst_bytes, 12 * 1500, "half a ring of 25");
+        assert_eq!(s.limit_bytes, 1_021_276, "100 ms at its rate");
+        // A ring of one still lets one packet through; a huge ring 64 KiB.
+        assert_eq!(
+            shaper_for(rate, &config, 1, 1500).map(|s| s.burst_bytes),
+            Some(1500)
+        );
+        assert_eq!(
+            shaper_for(rate, &config, 10_000, 1500).map(|s| s.burst_bytes),
+            Some(65_536)
+        );
+        // A slow link: the limit never falls under a socket's default buffer.
+        let slow = shaper_for(Rate::bits_per_sec(1_000_000), &config, 25, 1500);
+        assert_eq!(slow.map(|s| s.limit_bytes), Some(512 * 1024));
+        assert_eq!(
+            shaper_for(Rate::UNLIMITED, &config, 25, 1500),
+            None,
+            "nothing to shape to"
+        );
+    }
 
     #[test]
     fn a_full_queue_drops_by_policy_and_counts_it() {

@@ -322,8 +322,7 @@ impl NetlinkSocket {
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             // SAFETY: the buffer is valid and writable for its length.
-            let n =
-                unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n >= 0 {
                 return Ok(n.unsigned_abs());
             }

@@ -3,7 +3,7 @@
 //! control connection back).
 //!
 //! ```text
-//!  diodon-blast send DEST PAYLOAD SECONDS ─► sendmsg + UDP GSO, unpaced ─► link
+//!  diodon-blast send DEST PAYLOAD SECONDS [SNDBUF] ─► sendmsg + UDP GSO, unpaced ─► link
 //!  diodon-blast sink LISTEN [IDLE_MS]     ◄─ recvmmsg + GRO, 256 MiB rcvbuf; counts
 //! ```
 //!
@@ -20,9 +20,16 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
-        Some("send") if args.len() == 4 => blast(&args[1], &args[2], &args[3]),
+        Some("send") if (4..=5).contains(&args.len()) => blast(
+            &args[1],
+            &args[2],
+            &args[3],
+            args.get(4).map(String::as_str),
+        ),
         Some("sink") if args.len() >= 2 => sink(&args[1], args.get(2).map(String::as_str)),
-        _ => Err("usage: diodon-blast send DEST PAYLOAD SECONDS | sink LISTEN [IDLE_MS]".into()),
+        _ => Err(
+            "usage: diodon-blast send DEST PAYLOAD SECONDS [SNDBUF] | sink LISTEN [IDLE_MS]".into(),
+        ),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -41,7 +48,9 @@ fn mbps(bytes: u64, secs: f64) -> f64 {
     }
 }
 
-fn blast(dest: &str, payload: &str, seconds: &str) -> Result<(), String> {
+/// Floods `dest`. `sndbuf`: the socket's send buffer in bytes (default 4 MiB;
+/// 0 leaves the kernel's default, as an ordinary application would).
+fn blast(dest: &str, payload: &str, seconds: &str, sndbuf: Option<&str>) -> Result<(), String> {
     let dest: SocketAddr = dest.parse().map_err(|e| format!("DEST: {e}"))?;
     let payload: usize = payload.parse().map_err(|e| format!("PAYLOAD: {e}"))?;
     let seconds: f64 = seconds.parse().map_err(|e| format!("SECONDS: {e}"))?;
@@ -51,7 +60,12 @@ fn blast(dest: &str, payload: &str, seconds: &str) -> Result<(), String> {
         SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
     };
     let mut cfg = UdpConfig::new(bind);
-    cfg.sndbuf = Some(4 << 20);
+    let sndbuf: usize = sndbuf
+        .map(str::parse)
+        .transpose()
+        .map_err(|e| format!("SNDBUF: {e}"))?
+        .unwrap_or(4 << 20);
+    cfg.sndbuf = (sndbuf > 0).then_some(sndbuf);
     let mut sock = BatchSender::open(&cfg).map_err(|e| e.to_string())?;
     let per_call = (65_000 / payload).clamp(1, 64);
     let buf: Vec<u8> = (0..payload * per_call).map(|i| i as u8).collect();
