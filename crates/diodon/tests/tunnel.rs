@@ -20,7 +20,7 @@
 
 use diodon_io::netns;
 use diodon_io::sandbox::ProcStatus;
-use diodon_io::{BatchReceiver, UdpConfig};
+use diodon_io::{BatchReceiver, BatchSender, UdpConfig};
 use diodon_testkit::selftest::probe_line;
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
@@ -550,6 +550,89 @@ fn video_frames_bursting_into_a_ring_of_25_wait_in_the_shaper_and_arrive_whole()
         .map(|p| u64::from_be_bytes(p[..8].try_into().unwrap()))
         .collect();
     assert!(idx.windows(2).all(|w| w[0] < w[1]), "in order");
+}
+
+#[test]
+fn past_the_shapers_limit_it_drops_counted_as_the_kernel_counts_and_a_producer_that_hears_of_it_resends(
+) {
+    let Some(bed) = Bed::up(&[]) else { return };
+    // A producer whose socket buffer (8 MiB) exceeds the shaper's limit
+    // (512 KiB at 8 Mbit/s) is not held back by it: past the limit the
+    // shaper drops, as it drops forwarded traffic. The sandboxed sender must
+    // read that count (over its netlink socket) exactly as tc shows it.
+    // This producer asks to hear of such drops (IP_RECVERR: the send fails
+    // with ENOBUFS) and sends again, so in the end everything arrives.
+    let (tx, rx) = bed.tunnel(&["--rate", "100mbit", "--shape", "8mbit"]);
+    let n = 4000u64;
+    let sink = collector(bed.ns("rx"), "10.99.0.2:5000".parse().unwrap(), n);
+    let ns = bed.ns("tx");
+    std::thread::spawn(move || {
+        netns::enter_current_thread(&ns).unwrap();
+        let mut cfg = UdpConfig::new("10.88.0.1:4000".parse().unwrap());
+        cfg.sndbuf = Some(8 << 20);
+        cfg.gso = false;
+        let mut sock = BatchSender::open(&cfg).unwrap();
+        let to: SocketAddr = "10.99.0.2:5000".parse().unwrap();
+        for chunk in 0..n / 40 {
+            let mut buf = Vec::with_capacity(40 * 1000);
+            for j in 0..40 {
+                let mut p = vec![0u8; 1000];
+                p[..8].copy_from_slice(&(chunk * 40 + j).to_be_bytes());
+                buf.extend_from_slice(&p);
+            }
+            sock.send(to, &buf, 1000).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+    // The shaper's backlog (at most 512 KiB at 1 MB/s) drains.
+    std::thread::sleep(Duration::from_millis(1500));
+    let shown = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &bed.ns("tx"),
+            "tc",
+            "-s",
+            "qdisc",
+            "show",
+            "dev",
+            "dtx",
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let kernel: u64 = shown
+        .split("dropped ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|d| d.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no drop count in {shown}"));
+    let got = sink.join().unwrap();
+    let sent = stop(tx, "tunnel send");
+    let _ = finish(rx, "recv");
+    let t = &sent["tunnel"];
+    let (ring, shaper, queue) = (
+        get(t, &["tun_tx_dropped"]),
+        get(t, &["shaper_dropped"]),
+        get(t, &["dropped_tail"]) + get(t, &["dropped_head"]),
+    );
+    eprintln!("{shown}offered {n}, received {}, shaper drops {shaper} (tc {kernel}), ring {ring}, queue {queue}", got.len());
+    assert!(
+        shown.contains("qdisc tbf") && shown.contains("rate 8Mbit"),
+        "{shown}"
+    );
+    assert!(
+        shaper > n / 4,
+        "4 MB into 512 KiB at 1 MB/s: much is dropped"
+    );
+    assert_eq!(shaper, kernel, "the sender's count is the kernel's");
+    assert_eq!(
+        (ring, queue),
+        (0, 0),
+        "the ring and the queue keep up at 8 Mbit/s"
+    );
+    assert_eq!(got.len() as u64, n, "every datagram sent again arrived");
 }
 
 #[test]
