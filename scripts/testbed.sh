@@ -9,7 +9,8 @@
 #   tx0: tx-udp-segmentation off (datagrams cross one by one, as on a wire)
 #
 # Usage:
-#   scripts/testbed.sh up [--mtu N] [--loss PCT] [--rate RATE] [--burst SIZE] [--bidirectional]
+#   scripts/testbed.sh up [--mtu N] [--loss PCT [--loss-burst LEN]] [--rate RATE] [--burst SIZE]
+#                         [--bidirectional]
 #   scripts/testbed.sh down
 #   scripts/testbed.sh status [--json]
 #   scripts/testbed.sh exec tx|rx CMD [ARGS...]
@@ -28,7 +29,9 @@
 # inet output chain (locally generated packets; the sender then sees EPERM).
 #
 # --loss PCT drops PCT % of rx ingress UDP at random (nft numgen; this kernel has no
-# sch_netem), in steps of 0.01 %. --rate adds a tbf qdisc on tx0; its burst
+# sch_netem), in steps of 0.01 %. With --loss-burst LEN the same share is lost in
+# bursts of LEN consecutive datagrams instead (a receive-ring overflow, a lost GSO
+# super-packet): LEN of every LEN × 100 / PCT, counted from the first (numgen inc). --rate adds a tbf qdisc on tx0; its burst
 # (default 256kb) must exceed a GSO super-packet (64 KiB) or tbf segments it and
 # may drop parts without telling the sender.
 #
@@ -180,11 +183,12 @@ EOF
 }
 
 cmd_up() {
-    local mtu=1500 loss="" rate="" burst=256kb bidir=no
+    local mtu=1500 loss="" loss_burst="" rate="" burst=256kb bidir=no
     while [[ $# -gt 0 ]]; do
         case $1 in
         --mtu) mtu=${2:?--mtu needs a value}; shift 2 ;;
         --loss) loss=${2:?--loss needs a value}; shift 2 ;;
+        --loss-burst) loss_burst=${2:?--loss-burst needs a value}; shift 2 ;;
         --rate) rate=${2:?--rate needs a value}; shift 2 ;;
         --burst) burst=${2:?--burst needs a value}; shift 2 ;;
         --bidirectional) bidir=yes; shift ;;
@@ -201,6 +205,14 @@ cmd_up() {
         # counter is exact for the traffic under test and stray IPv6
         # neighbour discovery on the veth never lands in it.
         loss_rule="meta l4proto udp numgen random mod 10000 < $n counter name \"loss_dropped\" drop"
+        if [[ -n $loss_burst ]]; then
+            [[ $loss_burst =~ ^[0-9]+$ && $loss_burst -ge 1 ]] || die "--loss-burst '$loss_burst': expected a number of datagrams"
+            ((n > 0)) || die "--loss-burst needs a --loss above 0"
+            local period=$(((loss_burst * 10000 + n / 2) / n))
+            loss_rule="meta l4proto udp numgen inc mod $period < $loss_burst counter name \"loss_dropped\" drop"
+        fi
+    elif [[ -n $loss_burst ]]; then
+        die "--loss-burst needs --loss PCT (the share lost in bursts)"
     fi
     need_tools
     cmd_down
@@ -250,7 +262,7 @@ cmd_up() {
     trap - ERR
     local arrow="==>"
     [[ $bidir == yes ]] && arrow="<=>"
-    echo "testbed $TB up: $NS_TX/$IF_TX $IP4_TX $arrow $NS_RX/$IF_RX $IP4_RX (mtu $mtu${loss:+, loss $loss %}${rate:+, rate $rate})"
+    echo "testbed $TB up: $NS_TX/$IF_TX $IP4_TX $arrow $NS_RX/$IF_RX $IP4_RX (mtu $mtu${loss:+, loss $loss %}${loss_burst:+ in bursts of $loss_burst}${rate:+, rate $rate})"
 }
 
 # "side name packets bytes" lines for every named counter of the guard tables.

@@ -225,3 +225,67 @@ fn testbed_loss_is_counted_by_nft() {
     assert_eq!(got + lost, 2_000);
     assert!((100..=320).contains(&lost), "lost {lost} of 2000 at 10 %");
 }
+
+#[test]
+fn testbed_burst_loss_drops_runs_of_the_given_length() {
+    if !require_netns("testbed_burst_loss_drops_runs_of_the_given_length") {
+        return;
+    }
+    // 10 % in bursts of 20: datagrams 0-19, 200-219, ... are dropped.
+    let tb = Testbed::up(
+        &format!("{}b", unique_name()),
+        &["--loss", "10", "--loss-burst", "20"],
+    );
+    let rx_addr: SocketAddr = "10.77.0.2:7001".parse().expect("address");
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let receiver = netns::spawn_in(&tb.ns("rx"), move || {
+        let mut rx = BatchReceiver::open(&UdpConfig::new(rx_addr)).expect("receiver");
+        ready_tx.send(()).expect("ready");
+        let mut got = Vec::new();
+        loop {
+            let b = rx
+                .recv_batch(Some(Duration::from_millis(500)))
+                .expect("recv");
+            if b.is_empty() {
+                break got;
+            }
+            for d in b {
+                got.push(u32::from_be_bytes(d.data[..4].try_into().expect("4 bytes")));
+            }
+        }
+    })
+    .expect("spawn rx");
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("ready");
+    let sender = netns::spawn_in(&tb.ns("tx"), move || {
+        let mut cfg = UdpConfig::new("10.77.0.1:0".parse().expect("address"));
+        cfg.gso = false; // one skb per datagram, so nft sees every datagram
+        let mut tx = BatchSender::open(&cfg).expect("sender");
+        for batch in 0..20u32 {
+            let mut buf = Vec::with_capacity(100 * 100);
+            for i in 0..100u32 {
+                let mut p = [0u8; 100];
+                p[..4].copy_from_slice(&(batch * 100 + i).to_be_bytes());
+                buf.extend_from_slice(&p);
+            }
+            tx.send(rx_addr, &buf, 100).expect("send");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+    .expect("spawn tx");
+    sender.join().expect("tx").expect("netns tx");
+    let mut got = receiver.join().expect("rx").expect("netns rx");
+    got.sort_unstable();
+    let lost = tb.counter("rx", "loss_dropped");
+    let expected: Vec<u32> = (0..2000).filter(|i| i % 200 >= 20).collect();
+    eprintln!(
+        "burst loss: received {}, nft loss_dropped {lost}",
+        got.len()
+    );
+    assert_eq!(lost, 200, "ten bursts of 20");
+    assert_eq!(
+        got, expected,
+        "exactly the first 20 of every 200 are missing"
+    );
+}

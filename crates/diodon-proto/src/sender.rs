@@ -109,7 +109,11 @@ impl Default for SenderConfig {
             beacon_interval: Duration::from_millis(250),
             control_copies: 3,
             control_spacing: 32,
-            control_interval: Duration::from_millis(2),
+            // Long enough that a channel's data, still being read when its
+            // open goes out, starts flowing between the copies: a burst of
+            // consecutive datagrams then cannot take them all (the copies
+            // are 32 datagrams apart while data flows).
+            control_interval: Duration::from_millis(25),
             buffer_limit: 32 << 20,
             max_batch: 32,
             flush_delay: Duration::from_millis(10),
