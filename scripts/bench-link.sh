@@ -13,6 +13,7 @@
 #   print a table and append it to BENCHMARKS.md (unless --no-record)
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
+#                              [--loss PCT [--loss-burst LEN]]
 #                              [--baseline GIT-REV] [--send-args "ARGS"] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
@@ -21,6 +22,9 @@
 # --send-args "ARGS" adds ARGS to every sender's command line, both versions' (e.g.
 # "--block 64" runs this version with the baseline's block size, so the A/B measures the
 # code and not the change of defaults).
+# --loss PCT drops PCT % of the link's datagrams at random (testbed.sh --loss), the
+# ceiling's as well as Diodon's; with --loss-burst LEN in bursts of LEN consecutive
+# datagrams (a receive-ring overflow, a lost GSO super-packet).
 # Exit status 1 when a transfer failed or its output differs.
 # Needs root (network namespaces). Builds with cargo (CARGO_TARGET_DIR honoured).
 set -euo pipefail
@@ -35,6 +39,7 @@ REPAIR=10
 RUNS=1
 BASELINE=
 SEND_ARGS=
+LOSS_ARGS=()
 BASE_BIN=
 BASE_LABEL=
 STATUS=0
@@ -52,6 +57,8 @@ while [[ $# -gt 0 ]]; do
     --runs) RUNS=${2:?}; shift 2 ;;
     --baseline) BASELINE=${2:?}; shift 2 ;;
     --send-args) SEND_ARGS=${2:?}; shift 2 ;;
+    --loss) LOSS_ARGS+=(--loss "${2:?}"); shift 2 ;;
+    --loss-burst) LOSS_ARGS+=(--loss-burst "${2:?}"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-link: unknown option $1" >&2; exit 2 ;;
     esac
@@ -129,7 +136,7 @@ EOF
 }
 
 for mtu in $MTUS; do
-    "$TB" up --mtu "$mtu" >&2
+    "$TB" up --mtu "$mtu" "${LOSS_ARGS[@]}" >&2
     payload=$((mtu - 28))
 
     echo "bench-link: MTU $mtu raw ceiling ($BLAST_SECS s blast, $payload-byte datagrams)" >&2
