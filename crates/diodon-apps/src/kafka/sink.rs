@@ -13,6 +13,10 @@
 //!  Complete ─► flush ─► verdict (failed deliveries, a record cut off: Failed)
 //! ```
 //!
+//! A partition's channels (the source's segments) are produced in the
+//! order the sender opened them: the bytes of a later one wait until the
+//! earlier one ends (its tail may arrive after the next one's start).
+//!
 //! Never a duplicate: per target partition the sink knows the highest
 //! source offset it produced (read back from the far broker when it first
 //! sees the partition, then kept), and records at or below it are skipped
@@ -34,7 +38,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,6 +148,19 @@ struct Open {
     pending: Vec<u8>,
     bytes: u64,
     failed_before: u64,
+    /// Its trailer arrived (its verdict was given) while an earlier
+    /// channel of the partition was still open.
+    done: bool,
+}
+
+/// One target partition: the next source offset expected (highest
+/// produced + 1; `None` when nothing was ever produced there) and its open
+/// channels in the order the sender opened them. Only the first produces;
+/// the bytes of later ones wait (a segment's tail may arrive after the
+/// next segment's start), so records are produced in source order.
+struct Partition {
+    next: Option<u64>,
+    order: VecDeque<ChannelKey>,
 }
 
 /// Produces the records of Kafka channels into the far cluster (module
@@ -153,9 +170,8 @@ pub struct KafkaSink {
     opts: KafkaSinkOptions,
     producer: BaseProducer<Delivery>,
     channels: HashMap<ChannelKey, Open>,
-    /// Per target partition: the next source offset expected (highest
-    /// produced + 1), `None` when nothing was ever produced there.
-    next: HashMap<(String, i32), Option<u64>>,
+    /// Per target partition: where it stands, its channels in order.
+    parts: HashMap<(String, i32), Partition>,
     stats: Arc<KafkaSinkStats>,
 }
 
@@ -199,7 +215,7 @@ impl KafkaSink {
             opts,
             producer,
             channels: HashMap::new(),
-            next: HashMap::new(),
+            parts: HashMap::new(),
             stats,
         })
     }
@@ -307,7 +323,14 @@ impl KafkaSink {
                     ))
                 }
             };
-            let next = self.next.entry(open.target.clone()).or_insert(None);
+            let next = &mut self
+                .parts
+                .entry(open.target.clone())
+                .or_insert(Partition {
+                    next: None,
+                    order: VecDeque::new(),
+                })
+                .next;
             let offset = record.source_offset;
             if let Some(n) = *next {
                 if offset < n {
@@ -343,14 +366,67 @@ impl KafkaSink {
         result
     }
 
-    /// A channel's end: flush, then its verdict.
+    /// Whether `key` is the first open channel of its partition.
+    fn is_head(&self, target: &(String, i32), key: ChannelKey) -> bool {
+        self.parts
+            .get(target)
+            .is_some_and(|p| p.order.front() == Some(&key))
+    }
+
+    /// The first channel of `target` ended: the next ones produce what
+    /// they hold, and those whose verdict was already given are done.
+    fn advance(&mut self, target: &(String, i32)) {
+        loop {
+            let Some(key) = self.parts.get_mut(target).and_then(|p| {
+                p.order.pop_front();
+                p.order.front().copied()
+            }) else {
+                return;
+            };
+            let Some(mut open) = self.channels.remove(&key) else {
+                continue;
+            };
+            if let Err(e) = self.drain(key, &mut open) {
+                tracing::error!(channel = %key.channel.0, name = open.name, "Kafka channel given up: {e}");
+                continue;
+            }
+            if !open.done {
+                self.channels.insert(key, open);
+                return;
+            }
+            if !open.pending.is_empty() {
+                tracing::error!(channel = %key.channel.0, name = open.name, left = open.pending.len(), "Kafka channel ends inside a record");
+            }
+        }
+    }
+
+    /// A channel's end: flush, then its verdict. A channel behind an
+    /// earlier one of its partition is verified (its digest matched) and
+    /// its records wait for their turn.
     fn complete(
         &mut self,
         key: ChannelKey,
         bytes: u64,
         digest: [u8; 32],
     ) -> Option<ChannelOutcome> {
-        let open = self.channels.remove(&key)?;
+        let mut open = self.channels.remove(&key)?;
+        if !self.is_head(&open.target, key) {
+            open.done = true;
+            let name = open.name.clone();
+            self.channels.insert(key, open);
+            let verdict = Verdict::Verified {
+                blake3: hex::encode(digest),
+            };
+            return Some(ChannelOutcome::new(
+                key,
+                name,
+                bytes,
+                &self.opts.brokers,
+                verdict,
+            ));
+        }
+        let target = open.target.clone();
+        self.advance(&target);
         let flushed = self.producer.flush(self.opts.timeout);
         let failed = self.stats.failed.load(Ordering::Relaxed) - open.failed_before;
         let verdict = if !open.pending.is_empty() {
@@ -469,7 +545,7 @@ impl Sink for KafkaSink {
                     format!("{}{}", self.opts.topic_prefix, label.topic),
                     label.partition,
                 );
-                if !self.next.contains_key(&target) {
+                if !self.parts.contains_key(&target) {
                     let next = self
                         .resume_point(&target.0, target.1)
                         .map_err(|e| Self::fail(key, e))?;
@@ -479,7 +555,23 @@ impl Sink for KafkaSink {
                         ?next,
                         "Kafka far partition resumed"
                     );
-                    self.next.insert(target.clone(), next);
+                    self.parts.insert(
+                        target.clone(),
+                        Partition {
+                            next,
+                            order: VecDeque::new(),
+                        },
+                    );
+                }
+                if let Some(p) = self.parts.get_mut(&target) {
+                    // Channel ids grow within a session: an open that
+                    // arrived late goes before the later channels.
+                    let at = p
+                        .order
+                        .iter()
+                        .position(|k| k.session == key.session && k.channel > key.channel)
+                        .unwrap_or(p.order.len());
+                    p.order.insert(at, key);
                 }
                 self.channels.insert(
                     key,
@@ -489,6 +581,7 @@ impl Sink for KafkaSink {
                         pending: Vec::new(),
                         bytes: 0,
                         failed_before: self.stats.failed.load(Ordering::Relaxed),
+                        done: false,
                     },
                 );
                 Ok(None)
@@ -499,17 +592,27 @@ impl Sink for KafkaSink {
                 };
                 open.bytes += data.len() as u64;
                 open.pending.extend_from_slice(&data);
-                let r = self.drain(key, &mut open);
+                let r = if self.is_head(&open.target, key) {
+                    self.drain(key, &mut open)
+                } else {
+                    Ok(())
+                };
                 self.channels.insert(key, open);
                 r.map(|()| None).map_err(|e| Self::fail(key, e))
             }
             SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
             SinkEvent::Failed { key, reason } => {
-                let (name, bytes) = self
-                    .channels
-                    .remove(&key)
-                    .map(|o| (o.name, o.bytes))
-                    .unwrap_or_default();
+                let (name, bytes) = match self.channels.remove(&key) {
+                    Some(o) => {
+                        if self.is_head(&o.target, key) {
+                            self.advance(&o.target);
+                        } else if let Some(p) = self.parts.get_mut(&o.target) {
+                            p.order.retain(|k| *k != key);
+                        }
+                        (o.name, o.bytes)
+                    }
+                    None => (String::new(), 0),
+                };
                 tracing::warn!(channel = %key.channel.0, name, "Kafka channel failed ({reason}): its missing records show as a gap in the next channel of the partition");
                 Ok(Some(ChannelOutcome::new(
                     key,
