@@ -17,6 +17,11 @@
 //! order the sender opened them: the bytes of a later one wait until the
 //! earlier one ends (its tail may arrive after the next one's start).
 //!
+//! A channel its sender cut short (a restart, an abort, a session that
+//! expired) was not sent whole, so the source committed nothing from it
+//! on and sends its records again: the later channels of that session for
+//! the partition are dropped instead of produced past the hole.
+//!
 //! Never a duplicate: per target partition the sink knows the highest
 //! source offset it produced (read back from the far broker when it first
 //! sees the partition, then kept), and records at or below it are skipped
@@ -31,7 +36,7 @@ use super::label::{parse_source_header, source_header, ChannelLabel, SOURCE_HEAD
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
 use crate::sink_error::{Refusal, SinkFailure};
 use diodon_proto::kafka_record::{KafkaRecord, RecordTimestamp};
-use diodon_proto::{ChannelKind, ChannelMeta};
+use diodon_proto::{ChannelKind, ChannelMeta, FailReason};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -172,6 +177,8 @@ pub struct KafkaSink {
     channels: HashMap<ChannelKey, Open>,
     /// Per target partition: where it stands, its channels in order.
     parts: HashMap<(String, i32), Partition>,
+    /// Channels dropped behind one their sender cut short (by name).
+    discarded: HashMap<ChannelKey, String>,
     stats: Arc<KafkaSinkStats>,
 }
 
@@ -216,6 +223,7 @@ impl KafkaSink {
             producer,
             channels: HashMap::new(),
             parts: HashMap::new(),
+            discarded: HashMap::new(),
             stats,
         })
     }
@@ -366,6 +374,63 @@ impl KafkaSink {
         result
     }
 
+    /// A channel failed: the next one of its partition goes on, or, when
+    /// its sender cut it short, the rest of that session's are dropped.
+    fn failed(&mut self, key: ChannelKey, reason: &FailReason) -> ChannelOutcome {
+        let (name, bytes) = match self.channels.remove(&key) {
+            Some(o) => {
+                if self.is_head(&o.target, key) {
+                    if interrupted(reason) {
+                        self.discard_rest(&o.target, key);
+                    }
+                    self.advance(&o.target);
+                } else if let Some(p) = self.parts.get_mut(&o.target) {
+                    p.order.retain(|k| *k != key);
+                }
+                (o.name, o.bytes)
+            }
+            None => match self.discarded.remove(&key) {
+                Some(name) => (name, 0),
+                None => (String::new(), 0),
+            },
+        };
+        tracing::warn!(channel = %key.channel.0, name, "Kafka channel failed ({reason})");
+        ChannelOutcome::new(
+            key,
+            name,
+            bytes,
+            &self.opts.brokers,
+            Verdict::Failed {
+                reason: reason.to_string(),
+            },
+        )
+    }
+
+    /// The first channel of `target`, `head`, was cut short by its sender
+    /// (a restart, an abort, a vanished session): the sender did not send
+    /// it whole, so it committed no offset from it on, and its next run
+    /// sends those records again. The later channels of the same session
+    /// for the partition are dropped (their records come again too) rather
+    /// than produced past a hole the next run would fill.
+    fn discard_rest(&mut self, target: &(String, i32), head: ChannelKey) {
+        let Some(p) = self.parts.get_mut(target) else {
+            return;
+        };
+        let later: Vec<ChannelKey> = p
+            .order
+            .iter()
+            .copied()
+            .filter(|k| k.session == head.session && *k != head)
+            .collect();
+        p.order.retain(|k| k.session != head.session || *k == head);
+        for k in later {
+            if let Some(o) = self.channels.remove(&k) {
+                tracing::warn!(channel = %k.channel.0, name = o.name, "{DISCARDED}");
+                self.discarded.insert(k, o.name);
+            }
+        }
+    }
+
     /// Whether `key` is the first open channel of its partition.
     fn is_head(&self, target: &(String, i32), key: ChannelKey) -> bool {
         self.parts
@@ -467,6 +532,19 @@ impl KafkaSink {
             why: SinkFailure::Kafka(why),
         }
     }
+}
+
+/// Why a channel behind a cut-short one was dropped.
+const DISCARDED: &str =
+    "dropped: an earlier channel of its partition was cut short by its sender, whose next run sends these records again";
+
+/// Whether the sender itself ended the channel before sending it whole
+/// (so it committed no offset from it on).
+fn interrupted(reason: &FailReason) -> bool {
+    matches!(
+        reason,
+        FailReason::SenderRestarted | FailReason::SenderAborted | FailReason::SessionExpired
+    )
 }
 
 /// Hands one record to the producer, waiting while its queue is full.
@@ -600,30 +678,20 @@ impl Sink for KafkaSink {
                 self.channels.insert(key, open);
                 r.map(|()| None).map_err(|e| Self::fail(key, e))
             }
-            SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
-            SinkEvent::Failed { key, reason } => {
-                let (name, bytes) = match self.channels.remove(&key) {
-                    Some(o) => {
-                        if self.is_head(&o.target, key) {
-                            self.advance(&o.target);
-                        } else if let Some(p) = self.parts.get_mut(&o.target) {
-                            p.order.retain(|k| *k != key);
-                        }
-                        (o.name, o.bytes)
-                    }
-                    None => (String::new(), 0),
-                };
-                tracing::warn!(channel = %key.channel.0, name, "Kafka channel failed ({reason}): its missing records show as a gap in the next channel of the partition");
+            SinkEvent::Complete { key, bytes, .. } if self.discarded.contains_key(&key) => {
+                let name = self.discarded.remove(&key).unwrap_or_default();
                 Ok(Some(ChannelOutcome::new(
                     key,
                     name,
                     bytes,
                     &self.opts.brokers,
                     Verdict::Failed {
-                        reason: reason.to_string(),
+                        reason: DISCARDED.into(),
                     },
                 )))
             }
+            SinkEvent::Complete { key, bytes, digest } => Ok(self.complete(key, bytes, digest)),
+            SinkEvent::Failed { key, reason } => Ok(Some(self.failed(key, &reason))),
             SinkEvent::Refused { .. }
             | SinkEvent::Gap { .. }
             | SinkEvent::Partial { .. }

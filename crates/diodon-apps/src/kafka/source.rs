@@ -166,6 +166,10 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("allow.auto.create.topics", "false")
+            // A sender that died leaves the group after 10 s (Kafka's
+            // default is 45 s), so a restarted one resumes that soon.
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "3000")
             .create()
             .map_err(|e| format!("Kafka consumer for {}: {e}", opts.brokers))?;
         let meta = consumer
