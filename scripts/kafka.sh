@@ -93,7 +93,14 @@ in_netns() {
 
 # A random Kafka cluster id: 16 bytes, URL-safe base64 without padding.
 cluster_id() {
-    head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+    # Base64url of 16 random bytes; one starting with '-' would be read as
+    # an option by kafka-storage's argument parser, so draw again.
+    local id
+    while :; do
+        id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        [[ $id != -* ]] && break
+    done
+    printf '%s' "$id"
 }
 
 start() {

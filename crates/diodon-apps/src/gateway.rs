@@ -21,10 +21,15 @@
 //! start the threads and run to the end. `run_send` / `run_recv` do both.
 
 use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
+use crate::kafka::source::sent_channel;
+use crate::kafka::{
+    KafkaSink, KafkaSinkOptions, KafkaSinkStats, KafkaSource, KafkaSourceOptions, KafkaSourceStats,
+};
 use crate::metrics::{self, MetricsError, MetricsListener};
 use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
 use crate::recv::{run_receiver_on, RecvOptions, RecvProgress, RecvReport, Sink};
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
+use crate::send::SentNotice;
 use crate::send::{run_sender_on, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
 use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
@@ -75,6 +80,9 @@ pub enum GatewayError {
     /// A directory-tree sync ended with an error.
     #[error(transparent)]
     Sync(#[from] SyncError),
+    /// The Kafka source or sink could not start (brokers, topic).
+    #[error("{0}")]
+    Kafka(String),
 }
 
 impl GatewayError {
@@ -140,6 +148,8 @@ pub enum SendInput {
     Udp(UdpSourceOptions),
     /// IP packets read from a TUN: one packet channel.
     Tunnel(TunnelSourceOptions),
+    /// A Kafka topic, consumed as a group: channels per topic-partition.
+    Kafka(KafkaSourceOptions),
 }
 
 /// Where the metrics endpoint listens and which interface it names.
@@ -193,13 +203,14 @@ enum OpenedInput {
     Ready(SendInput),
     Udp(Box<(BatchReceiver, UdpSourceOptions)>),
     Tunnel(Box<(OpenedTun, TunnelSourceOptions)>),
+    Kafka(Box<(KafkaSourceOptions, mpsc::Receiver<SentNotice>)>),
 }
 
 /// Does everything of a sender's run that may need privilege (see
 /// [`open_recv`]). Starts no thread.
 pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
     let SendJob {
-        opts,
+        mut opts,
         input,
         metrics,
         stop,
@@ -219,6 +230,13 @@ pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
                 source: std::io::Error::other(e),
             })?;
             OpenedInput::Tunnel(Box::new((tun, o)))
+        }
+        // The client starts threads: it connects in the source thread, once
+        // the process restricted itself (see `crate::sandbox`).
+        SendInput::Kafka(o) => {
+            let (hook, notices) = sent_channel();
+            opts.on_sent = Some(hook);
+            OpenedInput::Kafka(Box::new((o, notices)))
         }
         other => OpenedInput::Ready(other),
     };
@@ -263,6 +281,9 @@ impl OpenedSend {
                 sync: None,
             })?;
         }
+        // A Kafka source ends gracefully too: its last segments go out
+        // before it commits their offsets.
+        let graceful = matches!(input, OpenedInput::Kafka(..));
         let (handle, queue) = crate::send::queue(opts.queue_chunks);
         let source_stop = Arc::clone(&stop);
         let source_stats = udp_stats.clone();
@@ -276,7 +297,7 @@ impl OpenedSend {
         let cpu0 = process_cpu_seconds();
         // UDP flows end gracefully on a signal: the source finishes every flow
         // and the core drains (instead of aborting the open channels).
-        let core_stop = if udp_stats.is_some() || tunnel_stats.is_some() {
+        let core_stop = if udp_stats.is_some() || tunnel_stats.is_some() || graceful {
             Arc::new(AtomicBool::new(false))
         } else {
             Arc::clone(&stop)
@@ -341,6 +362,15 @@ fn run_source(
                 .map_or_else(|e| failed("stdin", &e), |_| 0)
         }
         OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, handle),
+        OpenedInput::Kafka(kafka) => {
+            let (o, notices) = *kafka;
+            let st = KafkaSourceStats::default();
+            let r = KafkaSource::connect(o, notices).and_then(|s| s.serve(handle, stop, &st));
+            tracing::info!(counters = ?st.snapshot(), "Kafka source ended");
+            r.map_or_else(|e| failed("Kafka source", &e), |()| 0)
+        }
+        // `open_send` turns every Kafka input into `OpenedInput::Kafka`.
+        OpenedInput::Ready(SendInput::Kafka(_)) => failed("Kafka source", &"not opened"),
     }
 }
 
@@ -369,6 +399,8 @@ pub enum RecvOutput {
     },
     /// The tap's packet channels, per agent to a TAP interface or pcap files.
     Packets(PacketOutput),
+    /// Every Kafka channel's records produced into the far cluster.
+    Kafka(KafkaSinkOptions),
 }
 
 /// Everything one `diodon recv` run needs.
@@ -418,6 +450,7 @@ enum OpenedSink {
     UdpForward(SocketAddr),
     Tun(TunSink),
     Packets(PacketOutput),
+    Kafka(KafkaSinkOptions),
 }
 
 /// Does everything of a receiver's run that may need privilege: binds and
@@ -481,6 +514,9 @@ pub fn open_recv(job: RecvJob) -> Result<OpenedRecv, GatewayError> {
             opened.packets = Some(Arc::default());
             OpenedSink::Packets(out)
         }
+        // The client starts threads: it connects in `run`, once the
+        // process restricted itself (see `crate::sandbox`).
+        RecvOutput::Kafka(o) => OpenedSink::Kafka(o),
     };
     Ok(opened)
 }
@@ -527,6 +563,11 @@ impl OpenedRecv {
                 receive(udp, &opts, TcpSink::new(dest), &progress, &stop, &mut watch)?
             }
             OpenedSink::Tun(sink) => receive(udp, &opts, sink, &progress, &stop, &mut watch)?,
+            OpenedSink::Kafka(o) => {
+                let sink = KafkaSink::connect(o, Arc::new(KafkaSinkStats::default()))
+                    .map_err(GatewayError::Kafka)?;
+                receive(udp, &opts, sink, &progress, &stop, &mut watch)?
+            }
             OpenedSink::UdpForward(dest) => {
                 let stats = forward.clone().unwrap_or_default();
                 receive(

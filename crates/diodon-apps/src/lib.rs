@@ -31,7 +31,8 @@
 //! deleted folder, availability time, the audit log),
 //! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
 //! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`]
-//! (UDP flows as datagram channels), [`tunnel`] (the one-way IP tunnel: TUN
+//! (UDP flows as datagram channels), [`kafka`] (Kafka topic-partitions
+//! across the diode: the sink that produces them again), [`tunnel`] (the one-way IP tunnel: TUN
 //! in, TUN out),
 //! [`tap`] (mirrored traffic: capture, ACL filter, flow-preserving spread
 //! over agents, encapsulated or across the diode), [`agent`] (a tap's far
@@ -54,6 +55,7 @@ pub mod gateway;
 pub mod guard;
 pub mod health;
 pub mod held;
+pub mod kafka;
 pub mod key_file;
 pub mod link;
 pub mod metrics;

@@ -13,9 +13,11 @@
 //!                              TUN, TAP)
 //!                       write  --out folder (staging and quarantine are inside it), --pcap-out
 //!                       TCP    connect to the --tcp-connect port only; never bind
+//!                       --kafka: connect to the brokers' ports; read the resolver's files
 //!                       --tap-out: /dev/net/tun, /proc/sys/net/ipv6/conf (TAPs appear with
 //!                       agents, so this output also keeps its capabilities)
-//!  sender, Landlock:    read   the given paths, config, key file's folder, /proc/self, /sys net stats; no write
+//!  sender, Landlock:    read   the given paths, config, key file's folder, /proc/self, /sys net stats; no write;
+//!                       --kafka: connect to the brokers' ports, read the resolver's files
 //!  tunnel send:         read   config, key file's folder, /proc/self (the TUN's tx_dropped in net/dev);
 //!                              no write; the TUN's queues are open (read, poll: Base)
 //!  tap, Landlock:       read   config, key file's folder, the rule file's folder (SIGHUP reload), /proc/self;
@@ -131,6 +133,7 @@ pub fn recv_policy(output: &RecvOutput, o: &SandboxOptions) -> Restrictions {
             landlock.write.push("/proc/sys/net/ipv6/conf".into());
             syscalls.extend([Syscalls::NetDevices, Syscalls::WriteFiles]);
         }
+        RecvOutput::Kafka(k) => kafka_brokers(&k.brokers, &mut landlock, &mut syscalls),
     }
     if o.metrics {
         syscalls.push(Syscalls::TcpAccept);
@@ -153,6 +156,45 @@ pub enum SendSources {
     /// IP packets from a TUN (`diodon tunnel send`; its queues are open
     /// already: reads and polls on them are in [`Syscalls::Base`]).
     Tun,
+    /// A Kafka topic from these brokers (`host:port,…`).
+    Kafka(String),
+}
+
+/// What a Kafka client needs once running: TCP connections to its
+/// brokers' ports (a client reconnects, and learns the other brokers of
+/// the cluster from the first: they listen on the same ports in the usual
+/// deployment; a cluster on other ports is given in `brokers` too), and
+/// the resolver's files for broker host names.
+fn kafka_brokers(brokers: &str, landlock: &mut Landlock, syscalls: &mut Vec<Syscalls>) {
+    for port in broker_ports(brokers) {
+        if !landlock.tcp_connect.contains(&port) {
+            landlock.tcp_connect.push(port);
+        }
+    }
+    landlock.read.extend(
+        [
+            "/etc/hosts",
+            "/etc/resolv.conf",
+            "/etc/nsswitch.conf",
+            "/etc/gai.conf",
+        ]
+        .map(PathBuf::from),
+    );
+    syscalls.extend([Syscalls::TcpConnect, Syscalls::UdpSockets]);
+}
+
+/// The ports of a `host:port,…` broker list (9092 where none is given).
+pub fn broker_ports(brokers: &str) -> Vec<u16> {
+    brokers
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            b.rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(9092)
+        })
+        .collect()
 }
 
 /// The sender's restrictions: it reads its sources and writes nothing.
@@ -167,6 +209,7 @@ pub fn send_policy(sources: &SendSources, o: &SandboxOptions) -> Restrictions {
         SendSources::Stdin | SendSources::Tun => {}
         SendSources::Tcp => syscalls.push(Syscalls::TcpAccept),
         SendSources::Udp => syscalls.push(Syscalls::UdpReceive),
+        SendSources::Kafka(brokers) => kafka_brokers(brokers, &mut landlock, &mut syscalls),
     }
     if o.metrics {
         syscalls.push(Syscalls::TcpAccept);
@@ -403,6 +446,32 @@ mod tests {
         assert_eq!(c.landlock.tcp_connect, vec![9000]);
         assert!(c.landlock.write.is_empty());
         assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+    }
+
+    #[test]
+    fn kafka_clients_connect_to_their_brokers_ports_only_and_write_nothing() {
+        let sink = recv_policy(
+            &RecvOutput::Kafka(crate::kafka::KafkaSinkOptions {
+                brokers: "10.0.0.1:9092, far.example:9093,10.0.0.2:9092".into(),
+                topic_prefix: String::new(),
+                timeout: std::time::Duration::from_secs(1),
+            }),
+            &SandboxOptions::default(),
+        );
+        let source = send_policy(
+            &SendSources::Kafka("near.example".into()),
+            &SandboxOptions::default(),
+        );
+        for (r, ports) in [(sink, vec![9092, 9093]), (source, vec![9092])] {
+            assert!(r.drop_capabilities);
+            let c = r.confine.expect("confined");
+            assert_eq!(c.landlock.tcp_connect, ports);
+            assert!(c.landlock.write.is_empty());
+            assert!(c.landlock.read.contains(&"/etc/resolv.conf".into()));
+            assert!(c.syscalls.contains(&Syscalls::TcpConnect));
+            assert!(!c.syscalls.contains(&Syscalls::WriteFiles));
+        }
+        assert_eq!(broker_ports("a:1,,b"), vec![1, 9092]);
     }
 
     #[test]

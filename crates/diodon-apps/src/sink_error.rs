@@ -52,6 +52,10 @@ pub enum Refusal {
     /// packet sink, or one of its records is malformed.
     #[error("not a packet channel: {0}")]
     NotTapPackets(String),
+    /// Something other than a Kafka topic-partition's channel reached the
+    /// Kafka sink.
+    #[error("--kafka takes only Kafka channels (stream \"kafka:TOPIC/PARTITION\"), not {0}")]
+    NotKafka(String),
 }
 
 /// A file operation of the file sink (the text before `: <OS error>`).
@@ -170,6 +174,10 @@ pub enum SinkFailure {
     /// record and quarantine entry).
     #[error("{0}")]
     BundleFiles(String),
+    /// The Kafka sink could not read or produce a record (broker, topic,
+    /// malformed record).
+    #[error("kafka: {0}")]
+    Kafka(String),
     /// The destination has no parent directory.
     #[error("no parent directory")]
     NoParent,

@@ -16,6 +16,7 @@ use crate::stop::on_signal;
 use anyhow::anyhow;
 use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{open_recv, MetricsOptions, RecvJob, RecvOutput};
+use diodon_apps::kafka::KafkaSinkOptions;
 use diodon_apps::link::rcvbuf_for;
 use diodon_apps::mirror::MirrorOptions;
 use diodon_apps::packet_sink::PacketOutput;
@@ -59,6 +60,14 @@ fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOu
     if let Some(a) = udp_forward {
         outputs.push(RecvOutput::UdpForward(a));
     }
+    if let Some(brokers) = pick(args.kafka.as_ref(), file.kafka.as_ref()) {
+        outputs.push(RecvOutput::Kafka(KafkaSinkOptions {
+            brokers,
+            topic_prefix: pick(args.topic_prefix.as_ref(), file.topic_prefix.as_ref())
+                .unwrap_or_default(),
+            timeout: Duration::from_secs(30),
+        }));
+    }
     if let Some(name) = tun {
         outputs.push(RecvOutput::Tun {
             name,
@@ -78,7 +87,7 @@ fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOu
     if outputs.len() != 1 {
         return Err(Fatal::config(anyhow!(
             "choose exactly one of --out DIR, --stdout, --tcp-connect ADDR, --udp-forward ADDR, \
-             --tun NAME, --tap-out PREFIX, --pcap-out DIR"
+             --kafka BROKERS, --tun NAME, --tap-out PREFIX, --pcap-out DIR"
         )));
     }
     Ok(outputs.remove(0))
@@ -109,7 +118,8 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
         | RecvOutput::Tcp(_)
         | RecvOutput::UdpForward(_)
         | RecvOutput::Tun { .. }
-        | RecvOutput::Packets(_) => !link.json,
+        | RecvOutput::Packets(_)
+        | RecvOutput::Kafka(_) => !link.json,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let job = RecvJob {

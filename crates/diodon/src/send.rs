@@ -16,6 +16,7 @@ use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::files::collect;
 use diodon_apps::gateway::{open_send, MetricsOptions, SendInput, SendJob};
+use diodon_apps::kafka::KafkaSourceOptions;
 use diodon_apps::link::udp_source_options;
 use diodon_apps::report::Exit;
 use diodon_apps::sandbox::{self, send_policy, SendSources};
@@ -37,9 +38,11 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     let to = to.context("--to ADDR is required").map_err(Fatal::config)?;
     let udp_listen = pick(args.udp_listen.as_ref(), file.udp_listen.as_ref());
     let stdin = args.paths.iter().any(|p| p.as_os_str() == "-");
-    if args.paths.is_empty() && tcp_listen.is_none() && udp_listen.is_none() {
+    let kafka = pick(args.kafka.as_ref(), file.kafka.as_ref());
+    if args.paths.is_empty() && tcp_listen.is_none() && udp_listen.is_none() && kafka.is_none() {
         return Err(Fatal::config(anyhow!(
-            "nothing to send: give paths, `-` for stdin, --tcp-listen ADDR or --udp-listen ADDR"
+            "nothing to send: give paths, `-` for stdin, --tcp-listen ADDR, --udp-listen ADDR \
+             or --kafka BROKERS --topic T"
         )));
     }
     if stdin && args.paths.len() > 1 {
@@ -59,7 +62,9 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     let udp = socket(&link, bind, to, no_gso);
     let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
     let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
-    let input = if let Some(a) = udp_listen {
+    let input = if let Some(brokers) = kafka {
+        SendInput::Kafka(kafka_source(args, &file, brokers)?)
+    } else if let Some(a) = udp_listen {
         let idle = args.udp_idle.or(file.udp_idle).unwrap_or(5000);
         SendInput::Udp(udp_source_options(
             a,
@@ -88,6 +93,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         SendInput::Tcp(_) => SendSources::Tcp,
         SendInput::Udp(_) => SendSources::Udp,
         SendInput::Tunnel(_) => SendSources::Tun,
+        SendInput::Kafka(k) => SendSources::Kafka(k.brokers.clone()),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let job = SendJob {
@@ -109,6 +115,24 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         stop: Arc::clone(&stop),
     };
     execute(job, &link, Some((send_policy(&sources, &sandbox), stop)))
+}
+
+/// The Kafka source's settings: `--topic` is required.
+fn kafka_source(
+    args: &SendArgs,
+    file: &FileConfig,
+    brokers: String,
+) -> Result<KafkaSourceOptions, Fatal> {
+    let topic = pick(args.topic.as_ref(), file.topic.as_ref())
+        .ok_or_else(|| Fatal::config(anyhow!("--kafka needs --topic TOPIC")))?;
+    Ok(KafkaSourceOptions {
+        brokers,
+        topic,
+        group: pick(args.group.as_ref(), file.group.as_ref()).unwrap_or_else(|| "diodon".into()),
+        segment_bytes: 4 << 20,
+        segment_age: Duration::from_secs(1),
+        timeout: Duration::from_secs(30),
+    })
 }
 
 /// The core's settings from the link settings, for datagrams to `to`.

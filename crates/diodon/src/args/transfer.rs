@@ -27,6 +27,18 @@ pub struct SendArgs {
     /// A UDP flow silent this long is finished (ms). Default 5000.
     #[arg(long, value_name = "MS")]
     pub udp_idle: Option<u64>,
+    /// Consume --topic from this Kafka cluster (`host:port,…`) as a
+    /// consumer group; each topic-partition travels in channels of its own
+    /// (runs until interrupted).
+    #[arg(long, value_name = "BROKERS")]
+    pub kafka: Option<String>,
+    /// With --kafka: the topic to carry (all its partitions).
+    #[arg(long, value_name = "TOPIC")]
+    pub topic: Option<String>,
+    /// With --kafka: the consumer group, whose committed offsets are where
+    /// a restart resumes. Default `diodon`.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9977`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
@@ -153,6 +165,13 @@ pub struct RecvArgs {
     /// Send every record of received UDP flows to this address, one datagram each.
     #[arg(long, value_name = "ADDR")]
     pub udp_forward: Option<SocketAddr>,
+    /// Produce the records of Kafka channels into this Kafka cluster
+    /// (`host:port,…`): same topic name, same partition, never twice.
+    #[arg(long, value_name = "BROKERS")]
+    pub kafka: Option<String>,
+    /// With --kafka: put this in front of every topic's name.
+    #[arg(long, value_name = "PREFIX")]
+    pub topic_prefix: Option<String>,
     /// The tap's packets: each agent's frames to TAP interface PREFIX<agent>.
     #[arg(long, value_name = "PREFIX")]
     pub tap_out: Option<String>,

@@ -27,6 +27,14 @@ pub struct FileConfig {
     pub udp_idle: Option<u64>,
     /// `udp-forward` (recv).
     pub udp_forward: Option<SocketAddr>,
+    /// `kafka` (send: the source cluster; recv: the far cluster).
+    pub kafka: Option<String>,
+    /// `topic` (send with `kafka`).
+    pub topic: Option<String>,
+    /// `group` (send with `kafka`).
+    pub group: Option<String>,
+    /// `topic-prefix` (recv with `kafka`).
+    pub topic_prefix: Option<String>,
     /// `metrics` (both).
     pub metrics: Option<SocketAddr>,
     pub(crate) out: Option<PathBuf>,

@@ -1,0 +1,379 @@
+//! A Kafka topic across the one-way pipelines, in process: the Kafka
+//! source (`SendInput::Kafka`) consumes topic `src` (3 partitions) of a
+//! real broker as a group, the sender carries its segments over loopback
+//! UDP to the receiver, whose Kafka sink (`RecvOutput::Kafka`) produces
+//! them into `far-src` of the same broker. The far topic must hold exactly
+//! the source's records per partition, in order, once each; the group's
+//! committed offsets must be at the end (commits once sent); a second
+//! sender run in the same group carries only the new records, and nothing
+//! is duplicated. Needs root and namespaces; skips without them, fails
+//! under `CI=true`. (The lossy diode with two brokers is the binary's
+//! test.)
+//!
+//! ```text
+//!  produce ─► src/0..2 ─► run_send(Kafka) ══UDP 127.0.0.1══► run_recv(Kafka) ─► far-src/0..2 ─► compare
+//! ```
+
+use diodon_apps::gateway::{run_recv, run_send, RecvJob, RecvOutput, SendInput, SendJob};
+use diodon_apps::kafka::{KafkaSinkOptions, KafkaSourceOptions, SOURCE_HEADER};
+use diodon_apps::{RecvOptions, SendOptions};
+use diodon_io::{netns, UdpConfig};
+use diodon_proto::{Rate, ReceiverConfig, SenderConfig};
+use diodon_testkit::kafka::{require_kafka, KafkaBroker};
+use diodon_testkit::Namespace;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+const PARTITIONS: i32 = 3;
+const PORT: u16 = 47_611;
+
+#[test]
+fn a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart() {
+    if !require_kafka("a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-gw-{}", std::process::id()));
+    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let bootstrap = broker.bootstrap().to_string();
+    let outcome = netns::spawn_in(ns.name(), move || run(&bootstrap))
+        .expect("spawn a thread in the namespace")
+        .join();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", tail(&broker.log())),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- broker log (tail):\n{}", tail(&broker.log()));
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+type Rec = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(String, Option<Vec<u8>>)>,
+);
+
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run(bootstrap: &str) -> Result<(), String> {
+    create_topics(bootstrap, &["src", "far-src"])?;
+    produce(bootstrap, 0, 600)?;
+
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (b, stop) = (bootstrap.to_owned(), Arc::clone(&recv_stop));
+        std::thread::spawn(move || {
+            run_recv(
+                RecvJob {
+                    opts: recv_options(),
+                    output: RecvOutput::Kafka(KafkaSinkOptions {
+                        brokers: b,
+                        topic_prefix: "far-".into(),
+                        timeout: Duration::from_secs(30),
+                    }),
+                    metrics: None,
+                    stop,
+                },
+                |_| {},
+            )
+            .map_err(|e| e.to_string())
+        })
+    };
+
+    for (run, total) in [(1, 600), (2, 900)] {
+        if run == 2 {
+            produce(bootstrap, 600, 900)?;
+        }
+        let send_stop = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let (b, stop) = (bootstrap.to_owned(), Arc::clone(&send_stop));
+            std::thread::spawn(move || {
+                run_send(
+                    SendJob {
+                        opts: send_options(),
+                        input: SendInput::Kafka(KafkaSourceOptions {
+                            brokers: b,
+                            topic: "src".into(),
+                            group: "diodon-gw".into(),
+                            segment_bytes: 256 << 10,
+                            segment_age: Duration::from_millis(300),
+                            timeout: Duration::from_secs(30),
+                        }),
+                        metrics: None,
+                        stop,
+                    },
+                    |_| {},
+                )
+                .map_err(|e| e.to_string())
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while far_count(bootstrap)? < total {
+            if Instant::now() > deadline || sender.is_finished() {
+                send_stop.store(true, Ordering::Relaxed);
+                let s = sender.join().map_err(|_| "sender panicked".to_string())?;
+                return Err(format!(
+                    "run {run}: far topic holds {} of {total}; sender: {s:?}",
+                    far_count(bootstrap)?
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        send_stop.store(true, Ordering::Relaxed);
+        let summary = sender.join().map_err(|_| "sender panicked".to_string())??;
+        if summary.exit() != diodon_apps::report::Exit::Success {
+            return Err(format!("run {run}: sender summary {}", summary.text()));
+        }
+        let committed = committed(bootstrap)?;
+        if committed.iter().sum::<i64>() != i64::try_from(total).expect("total") {
+            return Err(format!(
+                "run {run}: committed offsets {committed:?}, {total} records"
+            ));
+        }
+    }
+    recv_stop.store(true, Ordering::Relaxed);
+    receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())??;
+
+    compare(bootstrap)
+}
+
+/// Per partition: the far records are the source's, in order, each with
+/// its source header last.
+fn compare(bootstrap: &str) -> Result<(), String> {
+    for p in 0..PARTITIONS {
+        let src = read_partition(bootstrap, "src", p)?;
+        let far = read_partition(bootstrap, "far-src", p)?;
+        let far_plain: Vec<Rec> = far
+            .iter()
+            .enumerate()
+            .map(|(i, (k, v, h))| {
+                let mut h = h.clone();
+                let last = h.pop();
+                let want = Some((
+                    SOURCE_HEADER.to_owned(),
+                    Some(format!("{p}/{i}").into_bytes()),
+                ));
+                assert_eq!(last, want, "partition {p} far record {i}: source header");
+                (k.clone(), v.clone(), h)
+            })
+            .collect();
+        if src != far_plain {
+            return Err(format!(
+                "partition {p}: {} source records, {} far records, or they differ",
+                src.len(),
+                far.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn send_options() -> SendOptions {
+    SendOptions {
+        config: SenderConfig {
+            rate: Rate::bits_per_sec(400_000_000),
+            ..SenderConfig::default()
+        },
+        dest: format!("127.0.0.1:{PORT}").parse().expect("address"),
+        udp: UdpConfig::new("127.0.0.1:0".parse().expect("address")),
+        queue_chunks: 32,
+        linger: Duration::from_millis(300),
+        on_sent: None,
+        keys: None,
+    }
+}
+
+fn recv_options() -> RecvOptions {
+    let mut udp = UdpConfig::new(format!("127.0.0.1:{PORT}").parse().expect("address"));
+    udp.rcvbuf = Some(16 << 20);
+    RecvOptions {
+        config: ReceiverConfig::default(),
+        udp,
+        queue_batches: 256,
+        event_queue: 256,
+        once: false,
+        expect_channels: None,
+        silence_alarm: Duration::from_secs(30),
+        give_up_after: None,
+        list_channels: 16,
+        keys: None,
+    }
+}
+
+/// Records `from..to` into `src`, round robin over the partitions, sizes
+/// from 10 B to 100 KB, keys and headers.
+fn produce(bootstrap: &str, from: u32, to: u32) -> Result<(), String> {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .create()
+        .map_err(|e| format!("producer: {e}"))?;
+    for i in from..to {
+        let size = if i % 50 == 0 {
+            100_000
+        } else {
+            10 + (i as usize * 37) % 3_000
+        };
+        let value = vec![u8::try_from(i % 251).expect("byte"); size];
+        let key = format!("k{i}");
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "n",
+            value: Some(key.as_bytes()),
+        });
+        let partition = i32::try_from(i).expect("i") % PARTITIONS;
+        let mut rec = BaseRecord::to("src")
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&value)
+            .headers(headers);
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    p.poll(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(30))
+        .map_err(|e| format!("flush: {e}"))
+}
+
+fn far_count(bootstrap: &str) -> Result<usize, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let mut n = 0;
+    for p in 0..PARTITIONS {
+        let (low, high) = c
+            .fetch_watermarks("far-src", p, Duration::from_secs(10))
+            .map_err(|e| format!("watermarks: {e}"))?;
+        n += usize::try_from(high - low).expect("count");
+    }
+    Ok(n)
+}
+
+fn committed(bootstrap: &str) -> Result<Vec<i64>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "diodon-gw")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition("src", p);
+    }
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .map_err(|e| format!("committed: {e}"))?;
+    Ok(got
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => -1,
+        })
+        .collect())
+}
+
+#[expect(clippy::disallowed_methods, reason = "the test's own deadline")]
+fn read_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Rec>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "diodon-gw-check")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let (_, high) = c
+        .fetch_watermarks(topic, partition, Duration::from_secs(10))
+        .map_err(|e| format!("watermarks: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .map_err(|e| e.to_string())?;
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while i64::try_from(out.len()).expect("count") < high {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "read {} of {high} records of {topic}/{partition}",
+                out.len()
+            ));
+        }
+        let Some(m) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let m = m.map_err(|e| format!("poll: {e}"))?;
+        let headers = m.headers().map_or_else(Vec::new, |h| {
+            h.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        out.push((
+            m.key().map(<[u8]>::to_vec),
+            m.payload().map(<[u8]>::to_vec),
+            headers,
+        ));
+    }
+    Ok(out)
+}
+
+fn create_topics(bootstrap: &str, topics: &[&str]) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .map_err(|e| format!("admin: {e}"))?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)))
+        .collect();
+    let results = block_on(admin.create_topics(
+        &new,
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))
+    .map_err(|e| format!("create topics: {e}"))?;
+    for r in results {
+        r.map_err(|(t, e)| format!("create {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs a future to its end on this thread (the admin client's own thread
+/// completes it; no runtime needed).
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
