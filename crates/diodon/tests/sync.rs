@@ -681,7 +681,7 @@ fn a_file_still_being_written_is_sent_only_once_it_settled() {
     // The receiver has the file at the first copy of its trailer; the
     // sender counts it sent once the last copy is out (four more, 25 ms
     // apart on an otherwise idle link, PROTOCOL.md § 6).
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_secs(1));
     let _ = Command::new("kill").arg(tx.id().to_string()).status();
     let tx = finish(tx, Duration::from_secs(20), "sync");
     let _ = stop(rx, "recv");
