@@ -56,10 +56,10 @@ fn records_round_trip_through_a_real_broker_with_rdkafka() {
         .join();
     match outcome {
         Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", tail(&broker.log())),
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
         Ok(Err(e)) => panic!("entering the namespace: {e}"),
         Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", tail(&broker.log()));
+            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
             std::panic::resume_unwind(panic)
         }
     }
@@ -317,9 +317,4 @@ fn expected() -> Vec<Seen> {
             created_ms: Some(CREATED_MS + 2),
         },
     ]
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }

@@ -19,7 +19,7 @@ use diodon_apps::kafka::{KafkaSinkOptions, KafkaSourceOptions, SOURCE_HEADER};
 use diodon_apps::{RecvOptions, SendOptions};
 use diodon_io::{netns, UdpConfig};
 use diodon_proto::{Rate, ReceiverConfig, SenderConfig};
-use diodon_testkit::kafka::{require_kafka, KafkaBroker};
+use diodon_testkit::kafka::{block_on, require_kafka, KafkaBroker};
 use diodon_testkit::Namespace;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -28,10 +28,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 const PARTITIONS: i32 = 3;
@@ -50,10 +48,10 @@ fn a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart() {
         .join();
     match outcome {
         Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", tail(&broker.log())),
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
         Ok(Err(e)) => panic!("entering the namespace: {e}"),
         Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", tail(&broker.log()));
+            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
             std::panic::resume_unwind(panic)
         }
     }
@@ -351,29 +349,4 @@ fn create_topics(bootstrap: &str, topics: &[&str]) -> Result<(), String> {
         r.map_err(|(t, e)| format!("create {t}: {e}"))?;
     }
     Ok(())
-}
-
-/// Runs a future to its end on this thread (the admin client's own thread
-/// completes it; no runtime needed).
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }

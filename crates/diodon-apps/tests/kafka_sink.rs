@@ -20,7 +20,7 @@ use diodon_apps::{ChannelKey, Sink, SinkEvent, Verdict};
 use diodon_io::netns;
 use diodon_proto::kafka_record::{KafkaRecord, RecordHeader, RecordTimestamp};
 use diodon_proto::{ChannelId, ChannelKind, ChannelMeta, SessionId};
-use diodon_testkit::kafka::{require_kafka, KafkaBroker};
+use diodon_testkit::kafka::{block_on, require_kafka, KafkaBroker};
 use diodon_testkit::Namespace;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -29,9 +29,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 const PREFIX: &str = "far-";
@@ -49,10 +47,10 @@ fn the_kafka_sink_produces_each_record_once_in_order_and_counts_gaps() {
         .join();
     match outcome {
         Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", tail(&broker.log())),
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
         Ok(Err(e)) => panic!("entering the namespace: {e}"),
         Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", tail(&broker.log()));
+            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
             std::panic::resume_unwind(panic)
         }
     }
@@ -360,29 +358,4 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(), Str
         r.map_err(|(t, e)| format!("create {t}: {e}"))?;
     }
     Ok(())
-}
-
-/// Runs a future to its end on this thread (the admin client's futures
-/// are completed by its own thread; no runtime needed).
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }

@@ -10,6 +10,10 @@
 //!       ◄─ bootstrap "ADDR:PORT" (reachable inside NS)
 //!  drop ─► scripts/kafka.sh stop --pid PID; the broker's directory removed
 //! ```
+//!
+//! Also the two small helpers every Kafka test needs: [`block_on`] for the
+//! admin client's futures and [`KafkaBroker::log_tail`] for a failure's
+//! message.
 
 use crate::{ci, require_netns, Namespace};
 use std::io::Write;
@@ -109,6 +113,13 @@ impl KafkaBroker {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("broker.log")).unwrap_or_default()
     }
+
+    /// The last 40 lines of the broker's log, for a failure's message.
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
 }
 
 impl Drop for KafkaBroker {
@@ -126,5 +137,27 @@ impl Drop for KafkaBroker {
             return;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs a future to its end on this thread: rdkafka's admin client
+/// completes its futures from its own thread, so no runtime is needed.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(100));
     }
 }

@@ -19,7 +19,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use diodon_io::netns;
-use diodon_testkit::kafka::{kafka_script, require_kafka};
+use diodon_testkit::kafka::{block_on, kafka_script, require_kafka};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -27,11 +27,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_diodon");
@@ -381,22 +378,4 @@ fn read_all(far: bool) -> Vec<Vec<Rec>> {
         out.push(recs);
     }
     out
-}
-
-fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
 }
