@@ -14,7 +14,7 @@
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
 #                              [--loss PCT [--loss-burst LEN]]
-#                              [--baseline GIT-REV] [--send-args "ARGS"] [--no-record]
+#                              [--baseline GIT-REV] [--send-args "ARGS"] [--perf DIR] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
 # Diodon alternately with this one on the same testbed, then prints the medians
@@ -25,6 +25,10 @@
 # --loss PCT drops PCT % of the link's datagrams at random (testbed.sh --loss), the
 # ceiling's as well as Diodon's; with --loss-burst LEN in bursts of LEN consecutive
 # datagrams (a receive-ring overflow, a lost GSO super-packet).
+# --perf DIR profiles this version's first run per MTU on both sides (perf record, 999 Hz,
+# call graphs) and writes DIR/mtuM-{send,recv}.txt: the share of each thread and of each
+# function (kernel and user space), the profile that explains a CPU figure. Sampling costs
+# both sides a few per cent; read the CPU columns of a --perf run with that in mind.
 # Exit status 1 when a transfer failed or its output differs.
 # Needs root (network namespaces). Builds with cargo (CARGO_TARGET_DIR honoured).
 set -euo pipefail
@@ -39,6 +43,7 @@ REPAIR=10
 RUNS=1
 BASELINE=
 SEND_ARGS=
+PERF_DIR=
 LOSS_ARGS=()
 BASE_BIN=
 BASE_LABEL=
@@ -54,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --mtus) MTUS=${2:?}; shift 2 ;;
     --blast-seconds) BLAST_SECS=${2:?}; shift 2 ;;
     --no-record) RECORD=no; shift ;;
+    --perf) PERF_DIR=${2:?}; shift 2 ;;
     --runs) RUNS=${2:?}; shift 2 ;;
     --baseline) BASELINE=${2:?}; shift 2 ;;
     --send-args) SEND_ARGS=${2:?}; shift 2 ;;
@@ -78,6 +84,10 @@ if [[ -n $BASELINE ]]; then
     BASE_LABEL="base $BASE_LABEL"
 fi
 
+if [[ -n $PERF_DIR ]]; then
+    command -v perf >/dev/null || { echo "bench-link: --perf needs perf (apt install linux-perf)" >&2; exit 2; }
+    mkdir -p "$PERF_DIR"
+fi
 WORK=$(mktemp -d /var/tmp/diodon-bench.XXXXXX)
 cleanup() {
     "$TB" down >/dev/null 2>&1 || true
@@ -97,14 +107,31 @@ run_diodon() {
     local label=$1 bin=$2 mtu=$3 run=$4
     echo "bench-link: MTU $mtu $label run $run: unlimited rate, $REPAIR % repair${SEND_ARGS:+, $SEND_ARGS}" >&2
     rm -rf "$WORK/out"
-    "$TB" exec rx "$bin" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
+    # Profiled: this version's first run per MTU (--perf).
+    local perf_rx=() perf_tx=()
+    if [[ -n $PERF_DIR && $label == this && $run == 1 ]]; then
+        perf_rx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-recv.data" --)
+        perf_tx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-send.data" --)
+    fi
+    "$TB" exec rx "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
         --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local recv_pid=$!
     sleep 0.5
     # shellcheck disable=SC2086 # SEND_ARGS is split into words on purpose
-    "$TB" exec tx "$bin" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
+    "$TB" exec tx "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
         --mtu "$mtu" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
     wait "$recv_pid" || true
+    if [[ ${#perf_tx[@]} -gt 0 ]]; then
+        local side
+        for side in send recv; do
+            {
+                echo "# $side, MTU $mtu: share of samples per thread, then per function (self time)"
+                perf report -i "$PERF_DIR/mtu$mtu-$side.data" --no-children --sort comm -g none --stdio 2>/dev/null | grep -v '^#' | grep -v '^$'
+                echo
+                perf report -i "$PERF_DIR/mtu$mtu-$side.data" --no-children --sort dso,sym --percent-limit 0.5 -g none --stdio 2>/dev/null | grep -v '^#' | grep -v '^$'
+            } >"$PERF_DIR/mtu$mtu-$side.txt"
+        done
+    fi
     local got sha_ok guard
     got=$(sha256sum "$WORK/out/random.bin" 2>/dev/null | cut -d' ' -f1 || true)
     [[ $got == "$SHA" ]] && sha_ok=identical || sha_ok=DIFFERENT
@@ -152,8 +179,14 @@ def last_json(path):
     lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
 sink, blast = last_json(f"{work}/sink.json"), last_json(f"{work}/blast.json")
+# CPU seconds per GB of payload the blaster and the sink spent: the kernel's
+# per-packet work on this link with no per-byte work of Diodon's (the floor).
+def per_gb(side):
+    b = side.get("bytes", 0)
+    return side["cpu_s"] / (b / 1e9) if b and "cpu_s" in side else None
 print(json.dumps({"kind": "ceiling", "mtu": int(mtu), "sent_mbps": blast.get("mbps", 0.0),
-                  "mbps": sink.get("mbps", 0.0), "drops": sink.get("socket_drops")}))
+                  "mbps": sink.get("mbps", 0.0), "drops": sink.get("socket_drops"),
+                  "send_floor": per_gb(blast), "recv_floor": per_gb(sink)}))
 EOF
 
     # Runs of this version and of the baseline alternate, so both see the same machine.
@@ -173,15 +206,19 @@ rows = [json.loads(l) for l in open(path)]
 gb = size / 1e9
 ceilings = {r["mtu"]: r for r in rows if r["kind"] == "ceiling"}
 runs = [r for r in rows if r["kind"] == "diodon"]
-out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
-       "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | floor send / recv CPU s/GB (blast / sink) | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def floor(mtu):
+    c = ceilings.get(mtu, {})
+    f = [c.get("send_floor"), c.get("recv_floor")]
+    return " / ".join("?" if x is None else f"{x:.2f}" for x in f)
 for r in runs:
     c = ceilings.get(r["mtu"], {}).get("mbps", 0.0)
     ratio = r["goodput_mbps"] / c * 100 if c else 0.0
     verdict = "verified" if r["verified"] else "FAILED"
     out.append("| " + " | ".join(str(x) for x in [
         r["mtu"], r["label"], r["run"], f"{c:.0f}", f"{r['goodput_mbps']:.0f}", f"{ratio:.0f} %",
-        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", r["socket_drops"], r["missing"],
+        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", floor(r["mtu"]), r["socket_drops"], r["missing"],
         r["recovered"], f"{verdict}, {r['sha']}", r["guard"] or "?"]) + " |")
 labels = [l for l in ("this", base_label) if l and any(r["label"] == l for r in runs)]
 if len(labels) == 2:

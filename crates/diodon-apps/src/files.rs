@@ -1005,6 +1005,15 @@ impl Sink for FileSink {
             .map_err(Refusal::UnsafeName)
     }
 
+    fn handle_data(
+        &mut self,
+        key: ChannelKey,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> (Result<Option<ChannelOutcome>, SinkError>, Option<Vec<u8>>) {
+        (self.data(key, offset, &data).map(|()| None), Some(data))
+    }
+
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError> {
         match event {
             SinkEvent::Opened { key, meta } => {

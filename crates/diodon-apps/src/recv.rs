@@ -35,6 +35,7 @@ use diodon_proto::{
     BlockSet, ChannelId, ChannelMeta, Event, FailReason, Receiver, ReceiverConfig, ReceiverStats,
     SessionId, Timestamp,
 };
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver as Rx, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -139,6 +140,19 @@ pub trait Sink: Send + 'static {
     /// channel's final verdict.
     fn handle(&mut self, event: SinkEvent) -> Result<Option<ChannelOutcome>, SinkError>;
 
+    /// Handles a [`SinkEvent::Data`] and gives its buffer back when the
+    /// sink did not keep it: the decoder builds later blocks in it (no
+    /// allocation, page faults or zeroing per block). The default hands
+    /// the event to [`Sink::handle`], which keeps the buffer.
+    fn handle_data(
+        &mut self,
+        key: ChannelKey,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> (Result<Option<ChannelOutcome>, SinkError>, Option<Vec<u8>>) {
+        (self.handle(SinkEvent::Data { key, offset, data }), None)
+    }
+
     /// Channels the sink decided since the last call that the core should
     /// drop without a verdict (a sync receiver that already holds the
     /// file): their outcome was already returned.
@@ -162,6 +176,8 @@ enum SinkSignal {
     Skip(ChannelKey),
     /// The sink holds these blocks of the channel from an earlier pass.
     Resume(ChannelKey, BlockSet),
+    /// A delivered block's buffer, written out: the core reuses it.
+    Recycle(Vec<u8>),
 }
 
 /// How to run the receiver.
@@ -297,40 +313,78 @@ struct NetBatch {
 /// a stack, so the buffer reused next is the one freed last, still warm in
 /// the caches and the TLB (a queue would cycle through every buffer ever
 /// made, each cold). Holds at most the buffers that exist (≤ queue + 2).
-/// Only the top [`WARM_BUFFERS`] keep their memory: a buffer returned
-/// beyond them gives its pages back to the kernel and goes to the bottom,
-/// so a burst that made the decoder lag (and the net thread fill many
-/// buffers) leaves no resident memory behind — the receiver's memory stays
-/// flat over months instead of growing towards queue × buffer size.
+/// The top [`WARM_BUFFERS`] always keep their memory; a buffer below them
+/// that stayed idle for [`COOL_AFTER`] gives its pages back to the kernel
+/// and goes to the cold stack, so a burst that made the decoder lag (and
+/// the net thread fill many buffers) leaves no resident memory behind — the
+/// receiver's memory stays flat over months instead of growing towards
+/// queue × buffer size. Buffers cool by idle time, not by count: releasing
+/// every buffer returned beyond the warm ones made a bulk transfer fault
+/// each page in again (one fault per datagram, 6 % of the receiver's CPU).
 #[derive(Default)]
 struct BufferPool(Mutex<IdleBuffers>);
 
-/// Idle receive buffers that keep their pages.
+/// Idle receive buffers that always keep their pages.
 const WARM_BUFFERS: usize = 8;
+/// A buffer beyond the warm ones gives its pages back after this long idle.
+const COOL_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct IdleBuffers {
-    /// Their pages still resident, the last returned on top.
-    warm: Vec<NetBatch>,
+    /// Their pages still resident, each with when it came back; the last
+    /// returned at the back.
+    warm: VecDeque<(NetBatch, Timestamp)>,
     /// Their pages given back.
     cold: Vec<NetBatch>,
+}
+
+impl IdleBuffers {
+    /// Releases the pages of the buffers beyond the warm ones that have
+    /// been idle for [`COOL_AFTER`] at `now`.
+    fn cool(&mut self, now: Timestamp) {
+        while self.warm.len() > WARM_BUFFERS
+            && self
+                .warm
+                .front()
+                .is_some_and(|(_, since)| now.saturating_duration_since(*since) >= COOL_AFTER)
+        {
+            if let Some((mut batch, _)) = self.warm.pop_front() {
+                batch.datagrams.release_pages();
+                self.cold.push(batch);
+            }
+        }
+    }
 }
 
 impl BufferPool {
     fn take(&self) -> Option<NetBatch> {
         let mut idle = self.0.lock().ok()?;
-        idle.warm.pop().or_else(|| idle.cold.pop())
+        idle.warm
+            .pop_back()
+            .map(|(batch, _)| batch)
+            .or_else(|| idle.cold.pop())
     }
 
-    fn give_back(&self, mut batch: NetBatch) {
+    fn give_back(&self, batch: NetBatch, now: Timestamp) {
         if let Ok(mut idle) = self.0.lock() {
-            if idle.warm.len() < WARM_BUFFERS {
-                idle.warm.push(batch);
-            } else {
-                batch.datagrams.release_pages();
-                idle.cold.push(batch);
-            }
+            idle.warm.push_back((batch, now));
+            idle.cool(now);
         }
+    }
+
+    /// Cools idle buffers while none come back (the decoder's quiet ticks).
+    fn cool(&self, now: Timestamp) {
+        if let Ok(mut idle) = self.0.lock() {
+            idle.cool(now);
+        }
+    }
+
+    /// Idle buffers whose pages are resident, and those given back.
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
+        self.0
+            .lock()
+            .map_or((0, 0), |idle| (idle.warm.len(), idle.cold.len()))
     }
 }
 
@@ -497,7 +551,16 @@ fn writer_loop<S: Sink>(
 ) -> OutcomeTally {
     let mut outcomes = OutcomeTally::new(list);
     while let Ok(ev) = rx.recv() {
-        match sink.handle(ev) {
+        let handled = if let SinkEvent::Data { key, offset, data } = ev {
+            let (handled, back) = sink.handle_data(key, offset, data);
+            if let Some(buffer) = back {
+                let _ = fail.send(SinkSignal::Recycle(buffer));
+            }
+            handled
+        } else {
+            sink.handle(ev)
+        };
+        match handled {
             Ok(Some(outcome)) => {
                 match &outcome.verdict {
                     Verdict::Verified { blake3 } => {
@@ -651,10 +714,14 @@ impl Decoder {
                     for d in &batch.datagrams {
                         self.core.handle_datagram(at, d.data);
                     }
-                    pool.give_back(batch);
+                    pool.give_back(batch, self.clock.now());
                     at
                 }
-                Err(RecvTimeoutError::Timeout) => self.clock.now().max(self.last_now),
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = self.clock.now();
+                    pool.cool(now);
+                    now.max(self.last_now)
+                }
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             };
             self.last_now = core_now;
@@ -739,6 +806,7 @@ impl Decoder {
                         }
                     }
                 }
+                SinkSignal::Recycle(buffer) => self.core.recycle(buffer),
                 SinkSignal::Fail(_) | SinkSignal::Resume(..) => {}
             }
         }
@@ -879,5 +947,39 @@ impl Decoder {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(drops: u64) -> NetBatch {
+        NetBatch {
+            at: Timestamp::ZERO,
+            datagrams: RecvBuffer::default(),
+            drops,
+        }
+    }
+
+    #[test]
+    fn idle_buffers_keep_their_pages_until_they_stayed_idle_a_second() {
+        let pool = BufferPool::default();
+        let t0 = Timestamp::from_millis(1_000);
+        for i in 0..12 {
+            pool.give_back(batch(i), t0);
+        }
+        // A bulk transfer hands buffers back faster than a second: all warm.
+        assert_eq!(pool.counts(), (12, 0));
+        pool.cool(t0 + Duration::from_millis(999));
+        assert_eq!(pool.counts(), (12, 0));
+        // Idle a second: all but the warm ones give their pages back.
+        pool.cool(t0 + COOL_AFTER);
+        assert_eq!(pool.counts(), (WARM_BUFFERS, 12 - WARM_BUFFERS));
+        // The buffer reused next is the one returned last.
+        assert_eq!(pool.take().map(|b| b.drops), Some(11));
+        // Returning one cools nothing younger than a second.
+        pool.give_back(batch(99), t0 + COOL_AFTER);
+        assert_eq!(pool.counts(), (WARM_BUFFERS, 12 - WARM_BUFFERS));
     }
 }

@@ -547,11 +547,21 @@ impl BlockRx {
 
     fn set_shard_len(&mut self, shard_len: usize, pool: &mut BufferPool) {
         self.shard_len = Some(shard_len);
-        self.data = pool.take_with(&[], usize::from(self.k) * shard_len);
+        // Not zeroed: every source shard is written when it arrives or when
+        // it is decoded before the block is read (`put_shard` zeroes the
+        // tail shard's padding, which decoding reads).
+        self.data = pool.take_any(usize::from(self.k) * shard_len);
         if let Some(tail) = self.tail_stash.take() {
             let at = (usize::from(self.k) - 1) * shard_len;
-            self.data[at..at + tail.len()].copy_from_slice(&tail);
+            self.put_shard(at, shard_len, &tail);
         }
+    }
+
+    /// Writes a source symbol's payload at `at` and zeroes the rest of its
+    /// shard (the tail symbol's padding, zeros on the sending side too).
+    fn put_shard(&mut self, at: usize, shard_len: usize, payload: &[u8]) {
+        self.data[at..at + payload.len()].copy_from_slice(payload);
+        self.data[at + payload.len()..at + shard_len].fill(0);
     }
 
     /// Stores a symbol; `Err(())` if it contradicts the block.
@@ -580,10 +590,7 @@ impl BlockRx {
                 return Ok(false);
             }
             match self.shard_len {
-                Some(len) => {
-                    let at = index * len;
-                    self.data[at..at + s.payload.len()].copy_from_slice(s.payload);
-                }
+                Some(len) => self.put_shard(index * len, len, s.payload),
                 None => self.tail_stash = Some(s.payload.to_vec()),
             }
             self.present[index] = true;
@@ -785,7 +792,8 @@ impl Receiver {
             last_heard: now,
             buffered: 0,
             fec: ReedSolomon::new(),
-            pool: BufferPool::new(64),
+            // Delivered buffers come back (`recycle`): at most 64 MiB idle.
+            pool: BufferPool::with_byte_limit(64, 64 << 20),
             events: VecDeque::new(),
             stats: ReceiverStats::default(),
             reported: HashSet::new(),

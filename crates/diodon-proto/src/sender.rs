@@ -1439,7 +1439,8 @@ impl Sender {
                 .or_insert_with(|| config.short_block_repair(k as u16)),
         );
         let data = self.pool.take_with(bytes, k * shard_len);
-        let mut repair = self.pool.take_with(&[], m * shard_len);
+        // The encoder writes every repair byte: no zeroing first.
+        let mut repair = self.pool.take_any(m * shard_len);
         if let Err(e) = self.fec.encode(k, m, shard_len, &data, &mut repair) {
             // validate() guarantees supported parameters; a failure here is a
             // bug, and sending no repair keeps the data correct.

@@ -152,22 +152,30 @@ impl SimEndpoint for Feeder<'_, '_> {
     }
 }
 
+/// Takes the receiver's events; every delivered buffer goes back to the
+/// receiver scribbled over, so later blocks are built in dirty recycled
+/// memory (the receiver does not zero it: every byte it delivers must have
+/// been written by a symbol or by decoding).
 fn drain_events(receiver: &mut Receiver, out: &mut Outcome) {
     while let Some(ev) = receiver.poll_event() {
+        if let Event::ChannelData {
+            channel,
+            offset,
+            mut data,
+        } = ev
+        {
+            let buf = out.partial.entry(channel).or_default();
+            assert_eq!(
+                offset as usize,
+                buf.len(),
+                "data out of order on channel {channel}"
+            );
+            buf.extend_from_slice(&data);
+            data.fill(0xA5);
+            receiver.recycle(data);
+            continue;
+        }
         match &ev {
-            Event::ChannelData {
-                channel,
-                offset,
-                data,
-            } => {
-                let buf = out.partial.entry(*channel).or_default();
-                assert_eq!(
-                    *offset as usize,
-                    buf.len(),
-                    "data out of order on channel {channel}"
-                );
-                buf.extend_from_slice(data);
-            }
             Event::ChannelComplete { channel, bytes, .. } => {
                 let buf = out.partial.remove(channel).unwrap_or_default();
                 assert_eq!(buf.len() as u64, *bytes);
@@ -182,9 +190,7 @@ fn drain_events(receiver: &mut Receiver, out: &mut Outcome) {
             }
             _ => {}
         }
-        if !matches!(ev, Event::ChannelData { .. }) {
-            out.events.push(ev);
-        }
+        out.events.push(ev);
     }
 }
 

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Both print one JSON line: datagrams, payload bytes, seconds, Mbit/s of
-//! UDP payload, and (sink) the socket's kernel drops. The sink measures from
+//! UDP payload, the process's CPU seconds (per byte, the floor any sender or
+//! receiver pays on that link: the kernel's work without Diodon's), and
+//! (sink) the socket's kernel drops. The sink measures from
 //! its first to its last datagram and exits after `IDLE_MS` (default 1000) of
 //! silence.
 
@@ -85,8 +87,9 @@ fn blast(dest: &str, payload: &str, seconds: &str, sndbuf: Option<&str>) -> Resu
     let secs = clock.now().saturating_duration_since(start).as_secs_f64();
     let c = sock.counters();
     println!(
-        "{{\"side\":\"blast\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"gso\":{},\"enobufs_retries\":{}}}",
+        "{{\"side\":\"blast\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"cpu_s\":{:.3},\"gso\":{},\"enobufs_retries\":{}}}",
         mbps(bytes, secs),
+        diodon_io::counters::process_cpu_seconds(),
         sock.gso_enabled(),
         c.enobufs_retries
     );
@@ -130,8 +133,9 @@ fn sink(listen: &str, idle_ms: Option<&str>) -> Result<(), String> {
         .unwrap_or(0)
         .max(sock.socket_drops());
     println!(
-        "{{\"side\":\"sink\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"socket_drops\":{drops},\"rcvbuf\":{}}}",
+        "{{\"side\":\"sink\",\"datagrams\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"mbps\":{:.1},\"cpu_s\":{:.3},\"socket_drops\":{drops},\"rcvbuf\":{}}}",
         mbps(bytes, secs),
+        diodon_io::counters::process_cpu_seconds(),
         sock.setup().rcvbuf
     );
     Ok(())
