@@ -37,7 +37,7 @@ use crate::outdir::ensure_parent;
 use crate::quarantine::{Evicted, Item, Placed, Quarantine, Record};
 pub use crate::quarantine::{QuarantineBytes, QuarantineLimits, QUARANTINE};
 use crate::recv::{ChannelKey, ChannelOutcome, Sink, SinkError, SinkEvent, Verdict};
-use crate::send::{Closed, SourceHandle, CHUNK};
+use crate::send::{Closed, SourceHandle};
 use crate::sink_error::{FileOp, Refusal, SinkFailure};
 use diodon_proto::{BlockSet, ChannelKind, ChannelMeta};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -197,7 +197,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
     };
     let token = handle.open(cm)?;
     loop {
-        let buf = match read_chunk(&mut file, CHUNK) {
+        let buf = match read_chunk(&mut file, handle.chunk()) {
             Ok(buf) => buf,
             Err(e) => {
                 let e = SourceFileError::Read(e);
@@ -210,7 +210,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
             break;
         }
         handle.data(token, buf)?;
-        if n < CHUNK {
+        if n < handle.chunk() {
             break;
         }
     }

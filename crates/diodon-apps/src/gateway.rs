@@ -284,7 +284,8 @@ impl OpenedSend {
         // A Kafka source ends gracefully too: its last segments go out
         // before it commits their offsets.
         let graceful = matches!(input, OpenedInput::Kafka(..));
-        let (handle, queue) = crate::send::queue(opts.queue_chunks);
+        let (handle, queue) =
+            crate::send::queue_for_blocks(opts.queue_chunks, opts.config.block_bytes());
         let source_stop = Arc::clone(&stop);
         let source_stats = udp_stats.clone();
         let source_tunnel = tunnel_stats.clone();

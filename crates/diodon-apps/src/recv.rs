@@ -214,6 +214,9 @@ diodon_counters::counters! {
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct RecvSocketCounters in Diodon "receiver_socket" {
         datagrams: counter Count "datagrams" "Datagrams read from the receiving socket.",
+        /// Datagrams per batch is what each hand-off to the decoder (and
+        /// each wake-up of the net thread) carries.
+        batches: counter Count "batches" "Batches the net thread read (recvmmsg calls that returned datagrams) and handed to the decoder.",
         /// The kernel counts packets, not datagrams: a GRO/GSO super-packet
         /// dropped whole counts once. The datagrams lost are the core's
         /// exact `missing`.
@@ -226,6 +229,8 @@ diodon_counters::counters! {
 pub struct RecvProgress {
     /// Datagrams received from the socket.
     pub datagrams: AtomicU64,
+    /// Batches of them handed to the decoder.
+    pub batches: AtomicU64,
     /// Channel bytes delivered by the core.
     pub bytes: AtomicU64,
     /// Channels verified.
@@ -252,6 +257,7 @@ impl RecvProgress {
     pub fn socket(&self) -> RecvSocketCounters {
         RecvSocketCounters {
             datagrams: self.datagrams.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
             dropped_packets: self.socket_drops.load(Ordering::Relaxed),
         }
     }
@@ -264,6 +270,8 @@ pub struct RecvReport {
     pub stats: ReceiverStats,
     /// Datagrams the net thread got from the socket.
     pub socket_datagrams: u64,
+    /// Batches it handed to the decoder.
+    pub socket_batches: u64,
     /// Kernel drops on our socket (`SO_RXQ_OVFL`).
     pub socket_drops: u64,
     /// Times the net thread found the decoder queue full and had to wait.
@@ -468,10 +476,16 @@ pub fn run_receiver_on<S: Sink>(
     let net_result = net.join().map_err(|_| PipelineError::Thread("net"))?;
     let tally = writer.join().map_err(|_| PipelineError::Thread("writer"))?;
     result?;
-    let (socket_datagrams, queue_full, final_drops) = net_result?;
+    let NetTotals {
+        datagrams: socket_datagrams,
+        batches: socket_batches,
+        queue_full,
+        drops: final_drops,
+    } = net_result?;
     Ok(RecvReport {
         stats,
         socket_datagrams,
+        socket_batches,
         socket_drops: final_drops.max(drops),
         queue_full,
         rcvbuf: setup.rcvbuf,
@@ -492,6 +506,16 @@ pub fn run_receiver_on<S: Sink>(
     })
 }
 
+/// What the net thread read in all.
+struct NetTotals {
+    datagrams: u64,
+    batches: u64,
+    /// Times the decoder queue was full.
+    queue_full: u64,
+    /// The socket's kernel drops at the end.
+    drops: u64,
+}
+
 /// The net thread: drains the socket, nothing else.
 fn net_loop(
     mut udp: BatchReceiver,
@@ -500,8 +524,9 @@ fn net_loop(
     pool: &BufferPool,
     stop: &AtomicBool,
     progress: &RecvProgress,
-) -> Result<(u64, u64, u64), PipelineError> {
+) -> Result<NetTotals, PipelineError> {
     let mut total = 0u64;
+    let mut batches = 0u64;
     let mut queue_full = 0u64;
     // A buffer that came back empty (timeout) is used again at once.
     let mut spare: Option<NetBatch> = None;
@@ -522,7 +547,9 @@ fn net_loop(
         out.at = clock.now();
         let n = out.datagrams.len() as u64;
         total += n;
+        batches += 1;
         progress.datagrams.fetch_add(n, Ordering::Relaxed);
+        progress.batches.fetch_add(1, Ordering::Relaxed);
         out.drops = udp.socket_drops();
         progress.socket_drops.store(out.drops, Ordering::Relaxed);
         match tx.try_send(out) {
@@ -537,7 +564,12 @@ fn net_loop(
         }
     }
     let drops = udp.socket_drops_now().unwrap_or(0).max(udp.socket_drops());
-    Ok((total, queue_full, drops))
+    Ok(NetTotals {
+        datagrams: total,
+        batches,
+        queue_full,
+        drops,
+    })
 }
 
 /// The writer thread: feeds the sink, returns the outcomes' tally (the

@@ -373,6 +373,7 @@ impl RecvSummary {
         let verified_bytes = r.verified_bytes;
         let socket = crate::recv::RecvSocketCounters {
             datagrams: r.socket_datagrams,
+            batches: r.socket_batches,
             dropped_packets: r.socket_drops,
         };
         RecvSummary {
@@ -550,7 +551,9 @@ impl RecvSummary {
         );
         let _ = writeln!(
             s,
-            "  socket: kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel, whole namespace during the run (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            "  socket: {} datagrams in {} batches, kernel dropped {} packets (a GRO super-packet counts once; datagrams lost: missing above), rcvbuf {} bytes, decoder-queue waits {}; kernel, whole namespace during the run (packets): InDatagrams {} RcvbufErrors {} InErrors {} InCsumErrors {}",
+            io.get("datagrams"),
+            io.get("batches"),
             io.get("dropped_packets"),
             self.rcvbuf,
             self.queue_full_waits,
@@ -710,6 +713,7 @@ mod tests {
                 ..Default::default()
             },
             socket_datagrams: 100,
+            socket_batches: 4,
             socket_drops: 2,
             queue_full: 0,
             rcvbuf: 1 << 20,

@@ -88,9 +88,18 @@ pub struct Closed;
 pub struct SourceHandle {
     tx: SyncSender<SourceMsg>,
     tokens: Arc<AtomicU64>,
+    chunk: usize,
 }
 
 impl SourceHandle {
+    /// Bytes a source reading a file should put in each data message: one
+    /// full block of the core when [`queue_for_blocks`] made the queue
+    /// (the core takes such a buffer over without copying it), else
+    /// [`CHUNK`].
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
     /// Announces a channel and returns its token.
     pub fn open(&self, meta: ChannelMeta) -> Result<u64, Closed> {
         let token = self.tokens.fetch_add(1, Ordering::Relaxed);
@@ -325,11 +334,35 @@ impl SendReport {
 /// Creates the bounded input queue: the handle for sources, the receiving end
 /// for [`run_sender`].
 pub fn queue(capacity: usize) -> (SourceHandle, Receiver<SourceMsg>) {
+    queue_of(capacity, CHUNK)
+}
+
+/// Largest block that sources read whole (larger blocks are read in
+/// [`CHUNK`]s and copied): bounds the memory of one queued message.
+pub const MAX_BLOCK_CHUNK: usize = 4 << 20;
+
+/// The input queue of a core whose full blocks hold `block_bytes`: sources
+/// read one block per message ([`SourceHandle::chunk`]) when it is at most
+/// [`MAX_BLOCK_CHUNK`], and the queue holds about the bytes of `capacity`
+/// messages of [`CHUNK`] (at least 2 messages).
+pub fn queue_for_blocks(
+    capacity: usize,
+    block_bytes: usize,
+) -> (SourceHandle, Receiver<SourceMsg>) {
+    if block_bytes == 0 || block_bytes > MAX_BLOCK_CHUNK {
+        return queue(capacity);
+    }
+    let messages = (capacity.saturating_mul(CHUNK) / block_bytes).max(2);
+    queue_of(messages, block_bytes)
+}
+
+fn queue_of(capacity: usize, chunk: usize) -> (SourceHandle, Receiver<SourceMsg>) {
     let (tx, rx) = mpsc::sync_channel(capacity.max(1));
     (
         SourceHandle {
             tx,
             tokens: Arc::new(AtomicU64::new(1)),
+            chunk,
         },
         rx,
     )
@@ -358,6 +391,22 @@ impl Pending {
     /// Hands as much as the core takes; `true` when all of it went in.
     fn feed(&mut self, now: diodon_proto::Timestamp, sender: &mut Sender) -> (bool, usize) {
         let start = self.off;
+        if !self.records && self.off == 0 && self.data.len() == sender.config().block_bytes() {
+            // A whole block (a file read block by block): taken over, not
+            // copied, or waits whole for room.
+            let n = self.data.len();
+            return match sender.write_block(now, self.id, std::mem::take(&mut self.data)) {
+                Ok(None) => (true, n),
+                Ok(Some(back)) => {
+                    self.data = back;
+                    (false, 0)
+                }
+                Err(e) => {
+                    tracing::warn!("write refused: {e}");
+                    (true, 0)
+                }
+            };
+        }
         if !self.records {
             return match sender.write(now, self.id, &self.data[self.off..]) {
                 Ok(n) => {

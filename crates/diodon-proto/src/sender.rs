@@ -296,6 +296,11 @@ diodon_counters::counters! {
 #[derive(Debug)]
 struct ChannelTx {
     pending: Vec<u8>,
+    /// Whole blocks taken over from the application's buffers
+    /// ([`Sender::write_block`]), fewer than a group, waiting for the rest
+    /// of their group. They come before `pending`, which is empty while
+    /// there are any.
+    taken: Vec<Vec<u8>>,
     pending_since: Option<Timestamp>,
     next_block: u64,
     total_len: u64,
@@ -312,6 +317,27 @@ struct ChannelTx {
 }
 
 impl ChannelTx {
+    /// Bytes waiting to be cut: taken-over blocks and pending bytes.
+    fn waiting(&self) -> usize {
+        self.taken.iter().map(Vec::len).sum::<usize>() + self.pending.len()
+    }
+
+    /// Copies the taken-over blocks into `pending`, before anything that
+    /// cuts or pads by bytes: the channel's bytes stay in order and are cut
+    /// exactly as if they had been written.
+    fn untake(&mut self) {
+        if self.taken.is_empty() {
+            return;
+        }
+        debug_assert!(self.pending.is_empty(), "taken blocks come first");
+        let mut bytes = Vec::with_capacity(self.waiting());
+        for block in self.taken.drain(..) {
+            bytes.extend_from_slice(&block);
+        }
+        bytes.append(&mut self.pending);
+        self.pending = bytes;
+    }
+
     /// Bytes a flush may cut now: all pending bytes, or on a block-stable
     /// channel not yet finishing only its whole blocks.
     fn flushable(&self, block_bytes: usize) -> usize {
@@ -620,7 +646,7 @@ impl Sender {
             .map(|(id, c)| {
                 format!(
                     "channel {id}: pending {} finishing {} groups {} next_block {} sent {} total {}",
-                    c.pending.len(),
+                    c.waiting(),
                     c.finishing,
                     c.groups_in_flight,
                     c.next_block,
@@ -681,6 +707,7 @@ impl Sender {
             id,
             ChannelTx {
                 pending: Vec::new(),
+                taken: Vec::new(),
                 pending_since: None,
                 next_block: 0,
                 total_len: 0,
@@ -720,6 +747,52 @@ impl Sender {
         Ok(n)
     }
 
+    /// Takes `data` whole (all or nothing): like [`Sender::write`], but a
+    /// buffer of exactly one full block, on a channel with nothing else
+    /// waiting, is not copied: it becomes the block (a file read block by
+    /// block reaches the datagrams with no copy of the sender's own). Any
+    /// other buffer is copied like a `write`. Returns the buffer when there
+    /// is no room for all of it: try again after sending.
+    pub fn write_block(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        data: Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, SendError> {
+        let room = self.writable();
+        let depth = usize::from(self.config.interleave_depth);
+        let (k, shard_len, _) = self.geometry(data.len());
+        let whole_block = data.len() == self.config.block_bytes() && k * shard_len == data.len();
+        let ch = self
+            .channels
+            .get_mut(&channel)
+            .filter(|c| !c.finishing)
+            .ok_or(SendError::NotOpen(channel))?;
+        if data.len() > room {
+            self.stats.backpressure_events += 1;
+            return Ok(Some(data));
+        }
+        if !whole_block || !ch.pending.is_empty() || ch.aligned {
+            self.append(now, channel, &[&data]);
+            return Ok(None);
+        }
+        ch.hasher.update(&data);
+        ch.total_len += data.len() as u64;
+        self.buffered += data.len();
+        self.stats.bytes_accepted += data.len() as u64;
+        ch.taken.push(data);
+        if ch.taken.len() == depth {
+            let blocks = std::mem::take(&mut ch.taken);
+            ch.pending_since = None;
+            self.push_blocks(channel, blocks);
+            self.fill_active();
+        } else {
+            ch.pending_since.get_or_insert(now);
+        }
+        self.rearm_flush(channel);
+        Ok(None)
+    }
+
     /// Offers one record of a `Datagrams` channel (PROTOCOL.md § 5.3):
     /// frames it (2-byte length) and takes it whole or not at all; `false`
     /// means the buffer is full, try again after sending. On an aligned
@@ -736,9 +809,10 @@ impl Sender {
         let room = self.writable();
         let ch = self
             .channels
-            .get(&channel)
+            .get_mut(&channel)
             .filter(|c| !c.finishing)
             .ok_or(SendError::NotOpen(channel))?;
+        ch.untake();
         let need = crate::records::framed_len(payload.len());
         let max = if ch.aligned {
             block - crate::records::RECORD_HEADER
@@ -791,6 +865,7 @@ impl Sender {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
+        ch.untake();
         let mut n = 0;
         for p in parts {
             ch.hasher.update(p);
@@ -864,7 +939,7 @@ impl Sender {
             return Err(SendError::NotOpen(channel));
         };
         self.flush_due.set(channel, None);
-        self.buffered -= ch.pending.len();
+        self.buffered -= ch.waiting();
         let mut freed = 0;
         let mut keep = |g: &Group| {
             if g.channel == channel {
@@ -985,8 +1060,9 @@ impl Sender {
     /// may leave at `now` (nothing queued, or the pacer says wait; then
     /// [`Sender::poll_timeout`] says until when).
     ///
-    /// `buf` is cleared first and reused: no allocation per datagram once it
-    /// has grown to a batch. The destination is `None`: a one-way sender has
+    /// `buf` holds exactly the batch on return (`size` bytes; left as it
+    /// was with `None`). It is reused: no allocation and no zeroing per
+    /// datagram once it has grown to a batch. The destination is `None`: a one-way sender has
     /// one peer, the driver's.
     pub fn poll_transmit(
         &mut self,
@@ -994,7 +1070,10 @@ impl Sender {
         max_datagrams: usize,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        buf.clear();
+        // `buf` keeps what it held: every datagram overwrites its slot
+        // whole, so slots are not zeroed first (that was a memset of every
+        // byte sent); it grows only past its longest batch so far.
+        let mut used = 0;
         let max = max_datagrams.min(self.config.max_batch).max(1);
         let mut segment_size = 0;
         let mut count = 0;
@@ -1002,7 +1081,7 @@ impl Sender {
             let Some(next) = self.pick(now) else { break };
             let len = self.next_len(next);
             // GSO: same size, or one shorter datagram that ends the batch.
-            if count > 0 && (len > segment_size || buf.len() + len > MAX_TRANSMIT_BYTES) {
+            if count > 0 && (len > segment_size || used + len > MAX_TRANSMIT_BYTES) {
                 break;
             }
             let wire = len + self.config.per_datagram_overhead;
@@ -1012,10 +1091,12 @@ impl Sender {
             }
             self.pacer.consume(now, wire);
             self.pace_wait = None;
-            let start = buf.len();
-            buf.resize(start + len, 0);
-            let written = self.emit(now, next, &mut buf[start..]);
+            if buf.len() < used + len {
+                buf.resize(used + len, 0);
+            }
+            let written = self.emit(now, next, &mut buf[used..used + len]);
             debug_assert_eq!(written, len);
+            used += len;
             if count == 0 {
                 segment_size = len;
             }
@@ -1024,9 +1105,13 @@ impl Sender {
                 break;
             }
         }
-        (count > 0).then(|| Transmit {
+        if count == 0 {
+            return None;
+        }
+        buf.truncate(used);
+        Some(Transmit {
             destination: None,
-            size: buf.len(),
+            size: used,
             segment_size: (count > 1).then_some(segment_size),
         })
     }
@@ -1250,7 +1335,7 @@ impl Sender {
         let Some(ch) = self.channels.get(&channel) else {
             return;
         };
-        if !ch.finishing || ch.groups_in_flight > 0 || !ch.pending.is_empty() {
+        if !ch.finishing || ch.groups_in_flight > 0 || ch.waiting() > 0 {
             return;
         }
         let Some(ch) = self.channels.remove(&channel) else {
@@ -1336,6 +1421,7 @@ impl Sender {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
+        ch.untake();
         let end = if flush {
             ch.flushable(block_bytes)
         } else {
@@ -1372,36 +1458,71 @@ impl Sender {
     /// channel's next blocks and queues them for transmission.
     fn push_group(&mut self, channel: ChannelId, bytes: &[u8]) {
         let block_bytes = self.config.block_bytes();
-        let take = bytes.len();
-        let Some(ch) = self.channels.get_mut(&channel) else {
+        let n_blocks = bytes.len().div_ceil(block_bytes);
+        let Some(first_block) = self.start_group(channel, n_blocks) else {
             return;
         };
-        let first_block = ch.next_block;
-        let n_blocks = take.div_ceil(block_bytes);
-        ch.next_block += n_blocks as u64;
-        ch.groups_in_flight += 1;
         let mut blocks = Vec::with_capacity(n_blocks);
         for (pos, chunk) in bytes.chunks(block_bytes).enumerate() {
+            let (k, shard_len, _) = self.geometry(chunk.len());
+            let data = self.pool.take_with(chunk, k * shard_len);
             blocks.push(self.encode_block(
                 first_block + pos as u64,
                 pos as u8,
                 n_blocks as u8,
-                chunk,
+                chunk.len(),
+                data,
             ));
         }
+        self.queue_group(channel, blocks, bytes.len());
+    }
+
+    /// Queues whole blocks taken over by [`Sender::write_block`] as the
+    /// channel's next group: encoded in place, not copied.
+    fn push_blocks(&mut self, channel: ChannelId, taken: Vec<Vec<u8>>) {
+        let n_blocks = taken.len();
+        let Some(first_block) = self.start_group(channel, n_blocks) else {
+            return;
+        };
+        let source_bytes = taken.iter().map(Vec::len).sum();
+        let mut blocks = Vec::with_capacity(n_blocks);
+        for (pos, data) in taken.into_iter().enumerate() {
+            let len = data.len();
+            blocks.push(self.encode_block(
+                first_block + pos as u64,
+                pos as u8,
+                n_blocks as u8,
+                len,
+                data,
+            ));
+        }
+        self.queue_group(channel, blocks, source_bytes);
+    }
+
+    /// Numbers the channel's next `n_blocks` blocks; returns the first.
+    fn start_group(&mut self, channel: ChannelId, n_blocks: usize) -> Option<u64> {
+        let ch = self.channels.get_mut(&channel)?;
+        let first_block = ch.next_block;
+        ch.next_block += n_blocks as u64;
+        ch.groups_in_flight += 1;
+        Some(first_block)
+    }
+
+    /// Queues a group's encoded blocks behind the groups already cut.
+    fn queue_group(&mut self, channel: ChannelId, blocks: Vec<EncodedBlock>, source_bytes: usize) {
         let rounds = blocks
             .iter()
             .map(EncodedBlock::symbol_count)
             .max()
             .unwrap_or(0);
-        self.stats.blocks += n_blocks as u64;
+        self.stats.blocks += blocks.len() as u64;
         self.groups.push_back(Group {
             channel,
             blocks,
             round: 0,
             slot: 0,
             rounds,
-            source_bytes: take,
+            source_bytes,
         });
     }
 
@@ -1416,21 +1537,27 @@ impl Sender {
         self.flush_due.set(channel, at);
     }
 
+    /// Source symbols, shard length and the last symbol's length of a
+    /// block of `len` bytes.
+    fn geometry(&self, len: usize) -> (usize, usize, usize) {
+        let s = self.config.symbol_size.get();
+        let k = len.div_ceil(s).max(1);
+        let shard_len = if k == 1 { len.next_multiple_of(2) } else { s };
+        (k, shard_len, len - (k - 1) * shard_len)
+    }
+
+    /// Encodes a block of `len` source bytes held in `data` (`k` shards,
+    /// the last padded with zeros).
     fn encode_block(
         &mut self,
         block: u64,
         group_pos: u8,
         group_len: u8,
-        bytes: &[u8],
+        len: usize,
+        data: Vec<u8>,
     ) -> EncodedBlock {
-        let s = self.config.symbol_size.get();
-        let k = bytes.len().div_ceil(s);
-        let shard_len = if k == 1 {
-            bytes.len().next_multiple_of(2)
-        } else {
-            s
-        };
-        let tail_len = bytes.len() - (k - 1) * shard_len;
+        let (k, shard_len, tail_len) = self.geometry(len);
+        debug_assert_eq!(data.len(), k * shard_len);
         let config = &self.config;
         let m = usize::from(
             *self
@@ -1438,26 +1565,19 @@ impl Sender {
                 .entry(k as u16)
                 .or_insert_with(|| config.short_block_repair(k as u16)),
         );
-        let data = self.pool.take_with(bytes, k * shard_len);
         // The encoder writes every repair byte: no zeroing first.
         let mut repair = self.pool.take_any(m * shard_len);
-        if let Err(e) = self.fec.encode(k, m, shard_len, &data, &mut repair) {
-            // validate() guarantees supported parameters; a failure here is a
-            // bug, and sending no repair keeps the data correct.
-            debug_assert!(false, "FEC encode failed: {e}");
-            repair.clear();
-            return EncodedBlock {
-                block,
-                k: k as u16,
-                m: 0,
-                shard_len,
-                tail_len: tail_len as u16,
-                group_pos,
-                group_len,
-                data,
-                repair,
-            };
-        }
+        let m = match self.fec.encode(k, m, shard_len, &data, &mut repair) {
+            Ok(()) => m,
+            Err(e) => {
+                // validate() guarantees supported parameters; a failure
+                // here is a bug, and sending no repair keeps the data
+                // correct.
+                debug_assert!(false, "FEC encode failed: {e}");
+                repair.clear();
+                0
+            }
+        };
         EncodedBlock {
             block,
             k: k as u16,
@@ -1469,5 +1589,40 @@ impl Sender {
             data,
             repair,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whole_block_handed_over_is_encoded_in_place_not_copied() {
+        let config = SenderConfig {
+            block_symbols: 8,
+            interleave_depth: 2,
+            rate: Rate::UNLIMITED,
+            ..SenderConfig::default()
+        };
+        let block = config.block_bytes();
+        let mut tx = Sender::new(config, SessionId(1), Timestamp::ZERO).expect("sender");
+        let ch = tx
+            .open_channel(ChannelMeta::stream("blocks"))
+            .expect("open");
+        let first = vec![1u8; block];
+        let second = vec![2u8; block];
+        let at = [first.as_ptr(), second.as_ptr()];
+        for data in [first, second] {
+            let back = tx.write_block(Timestamp::ZERO, ch, data).expect("write");
+            assert!(back.is_none(), "taken");
+        }
+        let group = tx
+            .active
+            .iter()
+            .chain(&tx.groups)
+            .find(|g| g.channel == ch)
+            .expect("the two blocks make a group");
+        let held: Vec<*const u8> = group.blocks.iter().map(|b| b.data.as_ptr()).collect();
+        assert_eq!(held, at, "the blocks are the buffers handed over");
     }
 }

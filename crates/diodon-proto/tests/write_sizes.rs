@@ -3,14 +3,17 @@
 //! above a group, several groups at once, or sizes drawn at random, all give
 //! the same datagrams. (Whole groups of one write are encoded straight from
 //! the caller's bytes, the rest goes through the channel's pending buffer;
-//! this holds both paths to one result.)
+//! this holds both paths to one result.) A buffer of one whole block handed
+//! over with `write_block` becomes the block without a copy; mixed with
+//! writes, cut by flush timers or not, it gives the same datagrams too.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 mod common;
 
 use common::payload;
-use diodon_proto::{ChannelMeta, Rate, Sender, SenderConfig, SessionId, Timestamp};
+use diodon_proto::wire::Integrity;
+use diodon_proto::{ChannelMeta, KeyRing, Rate, Sender, SenderConfig, SessionId, Timestamp};
 use std::time::Duration;
 
 /// How one test cuts the stream: a name and the next write's size.
@@ -27,32 +30,72 @@ fn config() -> SenderConfig {
 
 /// Every datagram of a session that writes `data` in pieces of the sizes
 /// `cuts` yields (cycled), finishes, and runs until only beacons are left.
-fn wire(data: &[u8], mut cuts: impl FnMut() -> usize) -> Vec<Vec<u8>> {
+fn wire(data: &[u8], cuts: impl FnMut() -> usize) -> Vec<Vec<u8>> {
+    wire_with(data, cuts, false, Duration::ZERO)
+}
+
+/// [`wire`], handing pieces of one whole block over with `write_block`
+/// when `blocks`, and running the sender for `gap` after each piece (a gap
+/// beyond the flush delay makes the timer cut what waits).
+fn wire_with(
+    data: &[u8],
+    mut cuts: impl FnMut() -> usize,
+    blocks: bool,
+    gap: Duration,
+) -> Vec<Vec<u8>> {
     let start = Timestamp::ZERO;
     let mut tx = Sender::new(config(), SessionId(42), start).unwrap();
     let ch = tx.open_channel(ChannelMeta::stream("cuts")).unwrap();
+    let mut out = Vec::new();
+    let mut now = start;
     let mut at = 0;
     while at < data.len() {
         let n = cuts().clamp(1, data.len() - at);
-        let took = tx.write(start, ch, &data[at..at + n]).unwrap();
-        assert_eq!(took, n, "the buffer holds the whole test stream");
+        let piece = &data[at..at + n];
+        if blocks && n == tx.config().block_bytes() {
+            let back = tx.write_block(now, ch, piece.to_vec()).unwrap();
+            assert!(back.is_none(), "the buffer holds the whole test stream");
+        } else {
+            let took = tx.write(now, ch, piece).unwrap();
+            assert_eq!(took, n, "the buffer holds the whole test stream");
+        }
         at += n;
+        if !gap.is_zero() {
+            now = run(&mut tx, now, Some(now + gap), &mut out);
+        }
     }
-    tx.finish(start, ch).unwrap();
-    let mut out = Vec::new();
-    let mut now = start;
+    tx.finish(now, ch).unwrap();
+    run(&mut tx, now, None, &mut out);
+    out
+}
+
+/// Sends until `until` (or, with `None`, until only beacons are left),
+/// collecting the datagrams; returns the time reached.
+fn run(
+    tx: &mut Sender,
+    mut now: Timestamp,
+    until: Option<Timestamp>,
+    out: &mut Vec<Vec<u8>>,
+) -> Timestamp {
     let mut buf = Vec::new();
     for _ in 0..100_000 {
         while let Some(t) = tx.poll_transmit(now, 16, &mut buf) {
             out.extend(buf[..t.size].chunks(t.segment_len()).map(<[u8]>::to_vec));
         }
-        if tx.is_idle() {
-            return out;
+        if until.is_none() && tx.is_idle() {
+            return now;
         }
-        now = tx
+        let mut next = tx
             .poll_timeout()
             .unwrap_or(now + Duration::from_millis(1))
             .max(now + Duration::from_micros(1));
+        if let Some(end) = until {
+            if now >= end {
+                return now;
+            }
+            next = next.min(end);
+        }
+        now = next;
         tx.handle_timeout(now);
     }
     panic!("the sender never became idle");
@@ -84,6 +127,137 @@ fn the_wire_is_the_same_however_the_writes_are_cut() {
         assert_eq!(got.len(), whole.len(), "{name}: datagram count");
         for (i, (a, b)) in got.iter().zip(&whole).enumerate() {
             assert!(a == b, "{name}: datagram {i} differs");
+        }
+    }
+}
+
+#[test]
+fn whole_blocks_handed_over_give_the_same_wire_as_their_bytes() {
+    let block = config().block_bytes();
+    let group = block * usize::from(config().interleave_depth);
+    let data = payload(11, 5 * group + 3 * block + 123);
+    let whole = wire(&data, || usize::MAX);
+    let patterns: Vec<Cuts> = vec![
+        ("every piece a block", Box::new(move || block)),
+        ("a byte, then blocks", {
+            let mut first = true;
+            Box::new(move || if std::mem::take(&mut first) { 1 } else { block })
+        }),
+        ("blocks with a byte between every third", {
+            let mut i = 0u32;
+            Box::new(move || {
+                i += 1;
+                if i.is_multiple_of(4) {
+                    1
+                } else {
+                    block
+                }
+            })
+        }),
+        ("three blocks and a half-block", {
+            let mut i = 0u32;
+            Box::new(move || {
+                i += 1;
+                if i.is_multiple_of(4) {
+                    block / 2
+                } else {
+                    block
+                }
+            })
+        }),
+    ];
+    for (name, cuts) in patterns {
+        let got = wire_with(&data, cuts, true, Duration::ZERO);
+        assert_eq!(got.len(), whole.len(), "{name}: datagram count");
+        for (i, (a, b)) in got.iter().zip(&whole).enumerate() {
+            assert!(a == b, "{name}: datagram {i} differs");
+        }
+    }
+}
+
+#[test]
+fn a_flush_timer_cuts_blocks_waiting_for_their_group_like_written_bytes() {
+    let block = config().block_bytes();
+    let data = payload(13, 7 * block + 99);
+    // 30 ms after each piece: the 10 ms flush delay cuts every block (and
+    // the half group it waits in) on its own.
+    let gap = Duration::from_millis(30);
+    let by_bytes = wire_with(&data, move || block, false, gap);
+    let by_blocks = wire_with(&data, move || block, true, gap);
+    assert_eq!(by_blocks.len(), by_bytes.len(), "datagram count");
+    for (i, (a, b)) in by_blocks.iter().zip(&by_bytes).enumerate() {
+        assert!(a == b, "datagram {i} differs");
+    }
+    // The timer really cut: groups of one block, not the two-block groups
+    // of one write.
+    let whole = wire(&data, || usize::MAX);
+    assert!(by_bytes != whole, "the flush timer cut groups of its own");
+}
+
+#[test]
+fn a_transmit_buffer_full_of_old_bytes_gives_the_same_datagrams() {
+    // The sender does not zero the caller's buffer: every byte of every
+    // datagram (beacons, opens, symbols, the short tail, trailers) must be
+    // written by the sender itself.
+    let wire_using = |integrity: &Integrity, dirty: bool| {
+        let start = Timestamp::ZERO;
+        let config = SenderConfig {
+            integrity: integrity.clone(),
+            ..config()
+        };
+        let mut tx = Sender::new(config, SessionId(42), start).unwrap();
+        for (i, len) in [0usize, 1, 777, 3 * tx.config().block_bytes() + 5]
+            .iter()
+            .enumerate()
+        {
+            let ch = tx
+                .open_channel(ChannelMeta::stream(format!("c{i}")))
+                .unwrap();
+            let data = payload(i as u64, *len);
+            assert_eq!(tx.write(start, ch, &data).unwrap(), *len);
+            tx.finish(start, ch).unwrap();
+        }
+        let mut out = Vec::new();
+        let mut now = start;
+        let mut buf = Vec::new();
+        for _ in 0..100_000 {
+            loop {
+                if dirty {
+                    buf.clear();
+                    buf.resize(70_000, 0xEE);
+                } else {
+                    buf = Vec::new();
+                }
+                let Some(t) = tx.poll_transmit(now, 16, &mut buf) else {
+                    break;
+                };
+                assert_eq!(buf.len(), t.size, "the buffer holds exactly the batch");
+                out.extend(buf.chunks(t.segment_len()).map(<[u8]>::to_vec));
+            }
+            if tx.is_idle() {
+                return out;
+            }
+            now = tx
+                .poll_timeout()
+                .unwrap_or(now + Duration::from_millis(1))
+                .max(now + Duration::from_micros(1));
+            tx.handle_timeout(now);
+        }
+        panic!("the sender never became idle");
+    };
+    for integrity in [
+        Integrity::Crc32c,
+        Integrity::Keyed(KeyRing::single([7; 32])),
+        Integrity::Encrypted(KeyRing::single([9; 32])),
+    ] {
+        let clean = wire_using(&integrity, false);
+        let dirty = wire_using(&integrity, true);
+        assert_eq!(clean.len(), dirty.len(), "{integrity:?}: datagram count");
+        for (i, (a, b)) in clean.iter().zip(&dirty).enumerate() {
+            assert!(
+                a == b,
+                "{integrity:?}: datagram {i} differs: old bytes leaked into it"
+            );
         }
     }
 }

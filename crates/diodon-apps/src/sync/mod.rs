@@ -96,7 +96,8 @@ pub fn run_sync(
             let _ = tx.send(Inbox::Sent(n));
         }
     })));
-    let (handle, queue) = crate::send::queue(opts.send.queue_chunks);
+    let (handle, queue) =
+        crate::send::queue_for_blocks(opts.send.queue_chunks, opts.send.config.block_bytes());
     let before = UdpSnmp::read().ok();
     let cpu0 = process_cpu_seconds();
 

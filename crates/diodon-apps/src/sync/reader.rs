@@ -22,7 +22,7 @@
 use super::inbox::{Inbox, ReadResult};
 use super::state::FileRow;
 use crate::files::read_chunk;
-use crate::send::{SourceHandle, CHUNK};
+use crate::send::SourceHandle;
 use diodon_proto::bundle::{push_entry, BundleEntry, BUNDLE_NAME};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
 use std::fs::{File, OpenOptions};
@@ -256,7 +256,7 @@ fn send_one(
     }
     let mut total = 0u64;
     loop {
-        let buf = match read_chunk(&mut file, CHUNK) {
+        let buf = match read_chunk(&mut file, handle.chunk()) {
             Ok(buf) => buf,
             Err(e) => {
                 let _ = handle.abort(token, format!("read: {e}"));
@@ -271,7 +271,7 @@ fn send_one(
         if handle.data(token, buf).is_err() {
             return ReadResult::Closed;
         }
-        if n < CHUNK {
+        if n < handle.chunk() {
             break;
         }
     }
