@@ -247,14 +247,27 @@ if [[ $RECORD == yes ]]; then
     HEADING="## End-to-end across the software diode (scripts/bench-link.sh)"
     [[ -f $BENCH ]] || printf '# Benchmarks\n' >"$BENCH"
     grep -qxF "$HEADING" "$BENCH" || printf '\n%s\n\nRaw ceiling: `diodon-blast` (sendmsg + UDP GSO, unpaced) into a recvmmsg + GRO sink with a 256 MiB buffer, UDP payload Mbit/s received. Diodon: a random file sent at unlimited rate with 10 %% repair, verified goodput from the receiver'"'"'s summary (file bytes from first datagram to verdict, fsync included); CPU from each process'"'"'s summary. Sender and receiver share the cores.\n' "$HEADING" >>"$BENCH"
-    {
+    ENTRY=$(
         echo
         echo "### $(date -u '+%Y-%m-%d %H:%M UTC') — $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
         echo
         echo "Command: \`$CMDLINE\` (file $SIZE bytes, blast ${BLAST_SECS} s, $RUNS run(s); load average before the run: $LOAD)"
         echo
         echo "$TABLE"
-    } >>"$BENCH"
-    echo "bench-link: appended to BENCHMARKS.md" >&2
+    )
+    # The entry goes at the end of this benchmark's own section (before the
+    # next "## " heading), not at the end of the file.
+    python3 - "$BENCH" "$HEADING" "$ENTRY" <<'EOF'
+import sys
+path, heading, entry = sys.argv[1:4]
+lines = open(path).read().rstrip("\n").split("\n")
+start = lines.index(heading)
+end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+while end > start + 1 and lines[end - 1] == "":
+    end -= 1
+lines[end:end] = entry.split("\n")
+open(path, "w").write("\n".join(lines) + "\n")
+EOF
+    echo "bench-link: added to BENCHMARKS.md, at the end of its section" >&2
 fi
 exit "$STATUS"
