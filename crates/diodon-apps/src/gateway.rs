@@ -126,6 +126,7 @@ pub fn run_sync(
             progress: Arc::clone(&progress),
             udp: None,
             tunnel: None,
+            kafka: None,
             sync: Some(Arc::clone(&stats)),
         };
         l.serve(source)?;
@@ -273,11 +274,14 @@ impl OpenedSend {
             matches!(input, OpenedInput::Udp(..)).then(|| Arc::new(UdpSourceStats::default()));
         let tunnel_stats = matches!(input, OpenedInput::Tunnel(..))
             .then(|| Arc::new(TunnelSourceStats::default()));
+        let kafka_stats =
+            matches!(input, OpenedInput::Kafka(..)).then(|| Arc::new(KafkaSourceStats::default()));
         if let Some(m) = metrics {
             m.serve(metrics::Source::Send {
                 progress: Arc::clone(&progress),
                 udp: udp_stats.clone(),
                 tunnel: tunnel_stats.clone(),
+                kafka: kafka_stats.clone(),
                 sync: None,
             })?;
         }
@@ -287,11 +291,14 @@ impl OpenedSend {
         let (handle, queue) =
             crate::send::queue_for_blocks(opts.queue_chunks, opts.config.block_bytes());
         let source_stop = Arc::clone(&stop);
-        let source_stats = udp_stats.clone();
-        let source_tunnel = tunnel_stats.clone();
+        let source_stats = SourceStats {
+            udp: udp_stats.clone(),
+            tunnel: tunnel_stats.clone(),
+            kafka: kafka_stats.clone(),
+        };
         let source = thread::Builder::new()
             .name("diodon-source".into())
-            .spawn(move || run_source(input, &handle, &source_stop, source_stats, source_tunnel))
+            .spawn(move || run_source(input, &handle, &source_stop, source_stats))
             .map_err(GatewayError::io("starting the source thread"))?;
 
         let before = UdpSnmp::read().ok();
@@ -316,8 +323,17 @@ impl OpenedSend {
             SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, source_errors);
         summary.udp_source = udp_stats.map(|s| s.snapshot());
         summary.tunnel = tunnel_stats.map(|s| s.snapshot());
+        summary.kafka = kafka_stats.map(|s| s.snapshot());
         Ok(summary)
     }
+}
+
+/// The counters of the source that has them (the summary and the metrics
+/// read the same ones).
+struct SourceStats {
+    udp: Option<Arc<UdpSourceStats>>,
+    tunnel: Option<Arc<TunnelSourceStats>>,
+    kafka: Option<Arc<KafkaSourceStats>>,
 }
 
 /// The source thread's work: reads `input` into the core until it ends or
@@ -326,9 +342,13 @@ fn run_source(
     input: OpenedInput,
     handle: &crate::send::SourceHandle,
     stop: &Arc<AtomicBool>,
-    udp_stats: Option<Arc<UdpSourceStats>>,
-    tunnel_stats: Option<Arc<TunnelSourceStats>>,
+    stats: SourceStats,
 ) -> usize {
+    let SourceStats {
+        udp: udp_stats,
+        tunnel: tunnel_stats,
+        kafka: kafka_stats,
+    } = stats;
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         tracing::error!("{what}: {e}");
         1
@@ -365,7 +385,7 @@ fn run_source(
         OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, handle),
         OpenedInput::Kafka(kafka) => {
             let (o, notices) = *kafka;
-            let st = KafkaSourceStats::default();
+            let st = kafka_stats.unwrap_or_default();
             let r = KafkaSource::connect(o, notices).and_then(|s| s.serve(handle, stop, &st));
             tracing::info!(counters = ?st.snapshot(), "Kafka source ended");
             r.map_or_else(|e| failed("Kafka source", &e), |()| 0)
@@ -439,6 +459,7 @@ pub struct OpenedRecv {
     forward: Option<Arc<UdpForwardStats>>,
     files: Option<Arc<FileSinkStats>>,
     tunnel: Option<Arc<TunnelSinkStats>>,
+    kafka: Option<Arc<KafkaSinkStats>>,
     packets: Option<Arc<PacketSinkStats>>,
 }
 
@@ -478,6 +499,7 @@ pub fn open_recv(job: RecvJob) -> Result<OpenedRecv, GatewayError> {
         forward: None,
         files: None,
         tunnel: None,
+        kafka: None,
         packets: None,
     };
     opened.sink = match output {
@@ -517,7 +539,10 @@ pub fn open_recv(job: RecvJob) -> Result<OpenedRecv, GatewayError> {
         }
         // The client starts threads: it connects in `run`, once the
         // process restricted itself (see `crate::sandbox`).
-        RecvOutput::Kafka(o) => OpenedSink::Kafka(o),
+        RecvOutput::Kafka(o) => {
+            opened.kafka = Some(Arc::default());
+            OpenedSink::Kafka(o)
+        }
     };
     Ok(opened)
 }
@@ -535,6 +560,7 @@ impl OpenedRecv {
             forward,
             files: file_stats,
             tunnel: tun_stats,
+            kafka: kafka_stats,
             packets: packet_stats,
         } = self;
         let progress = Arc::new(RecvProgress::default());
@@ -544,6 +570,7 @@ impl OpenedRecv {
                 udp: forward.clone(),
                 files: file_stats.clone(),
                 tunnel: tun_stats.clone(),
+                kafka: kafka_stats.clone(),
                 packets: packet_stats.clone(),
             })?;
         }
@@ -565,7 +592,7 @@ impl OpenedRecv {
             }
             OpenedSink::Tun(sink) => receive(udp, &opts, sink, &progress, &stop, &mut watch)?,
             OpenedSink::Kafka(o) => {
-                let sink = KafkaSink::connect(o, Arc::new(KafkaSinkStats::default()))
+                let sink = KafkaSink::connect(o, kafka_stats.clone().unwrap_or_default())
                     .map_err(GatewayError::Kafka)?;
                 receive(udp, &opts, sink, &progress, &stop, &mut watch)?
             }
@@ -603,6 +630,7 @@ impl OpenedRecv {
         summary.mirror = file_stats.as_ref().map(|f| f.mirror.snapshot());
         summary.file_sink = file_stats.map(|f| f.snapshot());
         summary.tunnel = tun_stats.map(|t| t.snapshot());
+        summary.kafka = kafka_stats.map(|k| k.snapshot());
         if let Some(p) = packet_stats {
             summary.packet_sink = Some(p.snapshot());
             summary.packet_agents = p

@@ -36,6 +36,7 @@
 
 use crate::agent::AgentStats;
 use crate::files::FileSinkStats;
+use crate::kafka::{KafkaSinkStats, KafkaSourceStats};
 use crate::packet_sink::PacketSinkStats;
 use crate::recv::RecvProgress;
 use crate::send::SendProgress;
@@ -71,6 +72,8 @@ pub enum Source {
         udp: Option<Arc<UdpSourceStats>>,
         /// The tunnel source, if any.
         tunnel: Option<Arc<TunnelSourceStats>>,
+        /// The Kafka source, if any.
+        kafka: Option<Arc<KafkaSourceStats>>,
         /// The directory-tree sync, if any.
         sync: Option<Arc<crate::sync::SyncStats>>,
     },
@@ -84,6 +87,8 @@ pub enum Source {
         files: Option<Arc<FileSinkStats>>,
         /// The TUN sink, if any.
         tunnel: Option<Arc<TunnelSinkStats>>,
+        /// The Kafka sink, if any.
+        kafka: Option<Arc<KafkaSinkStats>>,
         /// The packet sink (tap channels), if any.
         packets: Option<Arc<PacketSinkStats>>,
     },
@@ -255,8 +260,8 @@ fn respond(
 pub struct Counters {
     /// Diodon's own sets by subsystem (`sender`, `sender_socket`,
     /// `receiver`, `receiver_socket`, `udp_source`, `udp_forward`,
-    /// `file_sink`, `tunnel_source`, `tunnel_sink`, `packet_sink`, `tap`,
-    /// `agent`).
+    /// `file_sink`, `tunnel_source`, `tunnel_sink`, `kafka_source`,
+    /// `kafka_sink`, `packet_sink`, `tap`, `agent`).
     pub diodon: BTreeMap<String, Snapshot>,
     /// Diodon's sets that carry labels, by `subsystem{label=value,…}`
     /// (the tap's per-agent and per-rule counters).
@@ -369,11 +374,18 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
     fn own<C: CounterSet>(out: &mut impl Exporter, set: &C) {
         out.set(set, C::SUBSYSTEM, None);
     }
+    /// The counters of an application part that may not be there.
+    fn part<C: CounterSet>(out: &mut impl Exporter, set: Option<C>) {
+        if let Some(set) = set {
+            own(out, &set);
+        }
+    }
     match source {
         Source::Send {
             progress,
             udp,
             tunnel,
+            kafka,
             sync,
         } => {
             let (core, socket) = progress
@@ -386,21 +398,17 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             if let Some(id) = progress.key_id.lock().ok().and_then(|g| *g) {
                 own(out, &SealingKey { id: u64::from(id) });
             }
-            if let Some(u) = udp {
-                own(out, &u.snapshot());
-            }
-            if let Some(t) = tunnel {
-                own(out, &t.snapshot());
-            }
-            if let Some(s) = sync {
-                own(out, &s.snapshot());
-            }
+            part(out, udp.as_ref().map(|x| x.snapshot()));
+            part(out, tunnel.as_ref().map(|x| x.snapshot()));
+            part(out, kafka.as_ref().map(|x| x.snapshot()));
+            part(out, sync.as_ref().map(|x| x.snapshot()));
         }
         Source::Recv {
             progress,
             udp,
             files,
             tunnel,
+            kafka,
             packets,
         } => {
             let core = progress
@@ -427,19 +435,14 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
                 out,
                 &progress.health.counters(diodon_io::clock::unix_time_ms()),
             );
-            if let Some(u) = udp {
-                own(out, &u.snapshot());
-            }
+            part(out, udp.as_ref().map(|x| x.snapshot()));
             if let Some(f) = files {
                 own(out, &f.snapshot());
                 own(out, &f.mirror.snapshot());
             }
-            if let Some(t) = tunnel {
-                own(out, &t.snapshot());
-            }
-            if let Some(p) = packets {
-                own(out, &p.snapshot());
-            }
+            part(out, tunnel.as_ref().map(|x| x.snapshot()));
+            part(out, packets.as_ref().map(|x| x.snapshot()));
+            part(out, kafka.as_ref().map(|x| x.snapshot()));
         }
         Source::Tap { stats, progress } => {
             own(out, &stats.snapshot());
@@ -518,10 +521,15 @@ mod tests {
         files
             .quarantine_evictions
             .store(4, std::sync::atomic::Ordering::Relaxed);
+        let kafka = Arc::new(KafkaSinkStats::default());
+        kafka
+            .duplicates
+            .store(7, std::sync::atomic::Ordering::Relaxed);
         let source = Source::Recv {
             progress,
             udp: None,
             tunnel: None,
+            kafka: Some(kafka),
             files: Some(files),
             packets: None,
         };
@@ -539,12 +547,17 @@ mod tests {
             page.contains("diodon_file_sink_quarantine_evictions_total 4\n"),
             "{page}"
         );
+        assert!(
+            page.contains("diodon_kafka_sink_records_skipped_total 7\n"),
+            "{page}"
+        );
         let (status, json) = get(addr, "GET /counters");
         assert!(status.contains(" 200"), "{status}");
         let c: Counters = serde_json::from_str(&json).expect("typed JSON");
         assert_eq!(c.diodon["receiver"].get("missing"), 3);
         assert_eq!(c.diodon["receiver_socket"].get("datagrams"), 12);
         assert_eq!(c.diodon["file_sink"].get("quarantine_evictions"), 4);
+        assert_eq!(c.diodon["kafka_sink"].get("duplicates"), 7);
         assert!(c.kernel.contains_key("udp"), "{json}");
         assert!(c.link.contains_key("lo"), "{json}");
         assert_eq!(c.interface.as_deref(), Some("lo"));

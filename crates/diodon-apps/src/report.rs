@@ -16,6 +16,7 @@
 //! `from_output` (the last JSON line), never by indexing untyped JSON.
 
 use crate::files::FileSinkCounters;
+use crate::kafka::{KafkaSinkCounters, KafkaSourceCounters};
 use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
@@ -168,6 +169,10 @@ pub struct SendSummary {
     /// own drops (`tx_dropped`), malformed packets by reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelSourceCounters>,
+    /// With `--kafka`: records consumed, segments, offset commits, segments
+    /// left uncommitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSourceCounters>,
 }
 
 impl SendSummary {
@@ -192,6 +197,7 @@ impl SendSummary {
             kernel,
             udp_source: None,
             tunnel: None,
+            kafka: None,
         }
     }
 
@@ -231,6 +237,13 @@ impl SendSummary {
         let _ = writeln!(s, "diodon send: session {}", self.session);
         if let Some(t) = &self.tunnel {
             s.push_str(&tunnel_source_line(t));
+        }
+        if let Some(k) = &self.kafka {
+            let _ = writeln!(
+                s,
+                "  kafka: {} records ({} bytes framed) in {} segments; {} offset commits; {} segments not sent (their offsets stay uncommitted)",
+                k.records, k.bytes, k.segments, k.committed, k.unsent
+            );
         }
         if let Some(u) = &self.udp_source {
             let _ = writeln!(
@@ -338,6 +351,10 @@ pub struct RecvSummary {
     /// With `--tun`: packets written, gaps (lost blocks), malformed records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tunnel: Option<TunnelSinkCounters>,
+    /// With `--kafka`: records produced and acknowledged, skipped as
+    /// already produced, gaps in the source offsets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSinkCounters>,
     /// With `--out`: files that found the disk full, the quarantine's
     /// evictions and levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -403,6 +420,7 @@ impl RecvSummary {
             kernel,
             udp_forward: None,
             tunnel: None,
+            kafka: None,
             file_sink: None,
             mirror: None,
             packet_sink: None,
@@ -517,6 +535,9 @@ impl RecvSummary {
         }
         if let Some(t) = &self.tunnel {
             s.push_str(&tunnel_sink_line(t));
+        }
+        if let Some(k) = &self.kafka {
+            s.push_str(&kafka_sink_line(k));
         }
         self.packet_text(&mut s);
         self.file_sink_text(&mut s);
@@ -637,6 +658,14 @@ fn mirror_line(m: &crate::mirror::MirrorCounters) -> String {
         m.avail_ms_max,
         m.avail_1s,
         m.audit_errors
+    )
+}
+
+/// The Kafka sink's line of the receiver's text summary.
+fn kafka_sink_line(k: &KafkaSinkCounters) -> String {
+    format!(
+        "  kafka: {} records produced, {} acknowledged by the far brokers, {} not; {} skipped as produced before; {} gaps ({} source offsets never arrived)\n",
+        k.produced, k.delivered, k.failed, k.duplicates, k.gaps, k.gap_records
     )
 }
 

@@ -205,6 +205,21 @@ fn a_topic_crosses_a_lossy_diode_exactly_once_and_a_restart_duplicates_nothing()
     stop(third);
     std::thread::sleep(Duration::from_secs(1));
     stop(recv);
+    // The summaries count the same: the sink produced every record once
+    // and the far brokers acknowledged them all; no offsets went missing.
+    let sink = summary_numbers(&logs.path().join("recv.log"), "records produced");
+    eprintln!("receiver: produced, acknowledged, failed, skipped, gaps, gap offsets = {sink:?}");
+    assert_eq!(sink.len(), 6, "{sink:?}");
+    assert_eq!(sink[0], u64::from(RECORDS), "records produced");
+    assert_eq!(sink[1], u64::from(RECORDS), "records acknowledged");
+    assert_eq!((sink[2], sink[4], sink[5]), (0, 0, 0), "failures and gaps");
+    let source = summary_numbers(&logs.path().join("send2.log"), "offset commits");
+    eprintln!("restarted sender: records, bytes, segments, commits, unsent = {source:?}");
+    assert_eq!(source[0], resumed, "the summary and the log line agree");
+    assert!(
+        source[2] > 0 && source[3] > 0,
+        "segments and commits: {source:?}"
+    );
     let src = in_ns(&tb.ns("tx"), || read_all(false));
     let got = in_ns(&tb.ns("rx"), || read_all(true));
     for p in 0..usize::try_from(PARTITIONS).unwrap() {
@@ -231,6 +246,25 @@ fn wait_for(rx_ns: &str, n: i64, start: Instant, logs: &tempfile::TempDir) {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// The numbers of the `kafka:` line of a summary (the one holding `marker`)
+/// in a log, in order.
+fn summary_numbers(log: &Path, marker: &str) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("kafka: ") && l.contains(marker))
+        .unwrap_or_else(|| {
+            panic!(
+                "no Kafka line with {marker:?} in {}:\n{text}",
+                log.display()
+            )
+        });
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
 }
 
 /// `records` of the Kafka source's last counters line in a sender's log.
