@@ -7,12 +7,14 @@
 #   fetch                    mvn copies kafka_2.13 + kafka-tools (with their runtime
 #                            dependencies) into $CACHE/$VERSION/lib; a second run does nothing
 #   classpath                prints the cached classpath (fetch first)
-#   start [--netns NS] --listen ADDR:PORT --dir DIR
+#   start [--netns NS] --listen ADDR:PORT --dir DIR [--again]
 #                            writes DIR/server.properties, formats DIR/data, starts
 #                            kafka.Kafka (inside NS when given), waits until ADDR:PORT
 #                            accepts, prints the broker's PID (also in DIR/broker.pid);
 #                            its output goes to DIR/broker.log. The controller listens
-#                            on ADDR:PORT+1.
+#                            on ADDR:PORT+1. With --again, DIR holds a broker stopped
+#                            before: it starts with its data (topics, records,
+#                            offsets, producer ids) kept, nothing written or formatted.
 #   stop --pid PID           TERM to that broker only (checked to be kafka.Kafka), waits,
 #                            KILL after DIODON_KAFKA_STOP_SECONDS (default 30)
 #
@@ -103,26 +105,10 @@ cluster_id() {
     printf '%s' "$id"
 }
 
-start() {
-    local netns="" listen="" dir=""
-    while (($#)); do
-        case "$1" in
-        --netns) netns="${2:?}"; shift 2 ;;
-        --listen) listen="${2:?}"; shift 2 ;;
-        --dir) dir="${2:?}"; shift 2 ;;
-        *) die "start: unknown argument $1" ;;
-        esac
-    done
-    [[ -n "$listen" && -n "$dir" ]] || die "start needs --listen ADDR:PORT and --dir DIR"
-    local addr="${listen%:*}" port="${listen##*:}"
-    [[ "$port" =~ ^[0-9]+$ && "$port" -lt 65535 ]] || die "start: bad port in $listen"
-    local controller_port=$((port + 1))
-    local cp
-    cp=$(classpath)
-    mkdir -p "$dir"
-    dir=$(cd "$dir" && pwd)
-    [[ ! -e "$dir/data" ]] || die "start: $dir/data exists (one broker per fresh directory)"
-
+# write_config DIR ADDR PORT CONTROLLER_PORT: DIR/server.properties of a
+# single-node KRaft broker (broker and controller in one JVM).
+write_config() {
+    local dir=$1 addr=$2 port=$3 controller_port=$4
     cat >"$dir/server.properties" <<EOF
 # Written by scripts/kafka.sh: a single-node KRaft broker for Diodon's tests.
 process.roles=broker,controller
@@ -144,18 +130,48 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 EOF
+}
+
+start() {
+    local netns="" listen="" dir="" again=no
+    while (($#)); do
+        case "$1" in
+        --netns) netns="${2:?}"; shift 2 ;;
+        --listen) listen="${2:?}"; shift 2 ;;
+        --dir) dir="${2:?}"; shift 2 ;;
+        --again) again=yes; shift ;;
+        *) die "start: unknown argument $1" ;;
+        esac
+    done
+    [[ -n "$listen" && -n "$dir" ]] || die "start needs --listen ADDR:PORT and --dir DIR"
+    local addr="${listen%:*}" port="${listen##*:}"
+    [[ "$port" =~ ^[0-9]+$ && "$port" -lt 65535 ]] || die "start: bad port in $listen"
+    local controller_port=$((port + 1))
+    local cp
+    cp=$(classpath)
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
     local java_opts=(-Xmx"$HEAP" -Xms"$HEAP" -XX:+UseG1GC -Djava.awt.headless=true
         -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.showDateTime=true)
-    java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format \
-        --cluster-id "$(cluster_id)" --config "$dir/server.properties" >"$dir/format.log" 2>&1 ||
-        { cat "$dir/format.log" >&2; die "start: formatting $dir/data failed"; }
+    if [[ $again == yes ]]; then
+        [[ -d "$dir/data" && -f "$dir/server.properties" ]] ||
+            die "start --again: $dir holds no broker started before (no data or server.properties)"
+        grep -qxF "listeners=PLAINTEXT://$addr:$port,CONTROLLER://$addr:$controller_port" "$dir/server.properties" ||
+            die "start --again: $dir's broker listened elsewhere than $listen"
+    else
+        [[ ! -e "$dir/data" ]] || die "start: $dir/data exists (one broker per fresh directory; --again starts a stopped one)"
+        write_config "$dir" "$addr" "$port" "$controller_port"
+        java "${java_opts[@]}" -cp "$cp" kafka.tools.StorageTool format \
+            --cluster-id "$(cluster_id)" --config "$dir/server.properties" >"$dir/format.log" 2>&1 ||
+            { cat "$dir/format.log" >&2; die "start: formatting $dir/data failed"; }
+    fi
 
     # Started directly (not through a function, which would fork a subshell) and
     # ip netns exec execs in place, so $! is the JVM itself.
     local prefix=()
     [[ -z "$netns" ]] || prefix=(ip netns exec "$netns")
     "${prefix[@]}" java "${java_opts[@]}" -cp "$cp" kafka.Kafka "$dir/server.properties" \
-        >"$dir/broker.log" 2>&1 </dev/null &
+        >>"$dir/broker.log" 2>&1 </dev/null &
     local pid=$!
     echo "$pid" >"$dir/broker.pid"
 

@@ -6,9 +6,11 @@
 //! the source's records per partition, in order, once each; the group's
 //! committed offsets must be at the end (commits once sent); a second
 //! sender run in the same group carries only the new records, and nothing
-//! is duplicated. Needs root and namespaces; skips without them, fails
-//! under `CI=true`. (The lossy diode with two brokers is the binary's
-//! test.)
+//! is duplicated. A second test sinks into a broker of its own and stops
+//! it for 10 s mid-stream: the records wait in the sink's producer and
+//! arrive once each when it is back. Needs root and namespaces; skips
+//! without them, fails under `CI=true`. (The lossy diode with two brokers
+//! is the binary's test.)
 //!
 //! ```text
 //!  produce ─► src/0..2 ─► run_send(Kafka) ══UDP 127.0.0.1══► run_recv(Kafka) ─► far-src/0..2 ─► compare
@@ -145,15 +147,139 @@ fn run(bootstrap: &str) -> Result<(), String> {
         .join()
         .map_err(|_| "receiver panicked".to_string())??;
 
-    compare(bootstrap)
+    compare(bootstrap, bootstrap)
+}
+
+#[test]
+fn the_far_broker_down_for_10_s_delays_records_and_loses_or_repeats_none() {
+    if !require_kafka("the_far_broker_down_for_10_s_delays_records_and_loses_or_repeats_none") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-down-{}", std::process::id()));
+    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
+    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
+    let far = Arc::new(std::sync::Mutex::new(far));
+    let far_in = Arc::clone(&far);
+    let outcome = netns::spawn_in(ns.name(), move || run_far_down(&near_at, &far_at, &far_in))
+        .expect("spawn a thread in the namespace")
+        .join();
+    let far_log = || far.lock().map(|b| b.log_tail()).unwrap_or_default();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- far broker log (tail):\n{}", far_log()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- far broker log (tail):\n{}", far_log());
+            std::panic::resume_unwind(panic)
+        }
+    }
+    drop(near);
+}
+
+/// 600 records flow, the far broker stops, 600 more are produced at the
+/// source and carried while it is down, it comes back 10 s later: the far
+/// topic must hold all 1,200 once each, in order, and the sink's summary
+/// must count no failure and no gap.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run_far_down(
+    near: &str,
+    far: &str,
+    far_broker: &std::sync::Mutex<KafkaBroker>,
+) -> Result<(), String> {
+    create_topics(near, &["src"])?;
+    create_topics(far, &["far-src"])?;
+    produce(near, 0, 600)?;
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receiver = {
+        let (b, stop) = (far.to_owned(), Arc::clone(&recv_stop));
+        std::thread::spawn(move || {
+            run_recv(
+                RecvJob {
+                    opts: recv_options(),
+                    output: RecvOutput::Kafka(KafkaSinkOptions {
+                        brokers: b,
+                        topic_prefix: "far-".into(),
+                        timeout: Duration::from_secs(60),
+                    }),
+                    metrics: None,
+                    stop,
+                },
+                |_| {},
+            )
+            .map_err(|e| e.to_string())
+        })
+    };
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (b, stop) = (near.to_owned(), Arc::clone(&send_stop));
+        std::thread::spawn(move || {
+            run_send(
+                SendJob {
+                    opts: send_options(),
+                    input: SendInput::Kafka(KafkaSourceOptions {
+                        brokers: b,
+                        topic: "src".into(),
+                        group: "diodon-down".into(),
+                        segment_bytes: 256 << 10,
+                        segment_age: Duration::from_millis(300),
+                        timeout: Duration::from_secs(30),
+                    }),
+                    metrics: None,
+                    stop,
+                },
+                |_| {},
+            )
+            .map_err(|e| e.to_string())
+        })
+    };
+    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let have = far_count(far).unwrap_or(0);
+            if have >= n {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{secs} s and the far topic holds {have} of {n}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_far(100, 60)?;
+    far_broker.lock().map_err(|_| "lock")?.stop();
+    let down = Instant::now();
+    produce(near, 600, 1_200)?;
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(down.elapsed()));
+    far_broker.lock().map_err(|_| "lock")?.start_again();
+    wait_far(1_200, 90)?;
+    send_stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
+    if sent.exit() != diodon_apps::report::Exit::Success {
+        return Err(format!("sender summary {}", sent.text()));
+    }
+    recv_stop.store(true, Ordering::Relaxed);
+    let got = receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())??;
+    let k = got
+        .kafka
+        .ok_or("the receiver's summary has no Kafka counters")?;
+    eprintln!("sink: {k:?}");
+    if (k.produced, k.delivered, k.failed, k.gaps) != (1_200, 1_200, 0, 0) {
+        return Err(format!(
+            "sink counters {k:?}: want 1,200 produced and acknowledged, no failure, no gap"
+        ));
+    }
+    compare(near, far)
 }
 
 /// Per partition: the far records are the source's, in order, each with
 /// its source header last.
-fn compare(bootstrap: &str) -> Result<(), String> {
+fn compare(near: &str, far: &str) -> Result<(), String> {
     for p in 0..PARTITIONS {
-        let src = read_partition(bootstrap, "src", p)?;
-        let far = read_partition(bootstrap, "far-src", p)?;
+        let src = read_partition(near, "src", p)?;
+        let far = read_partition(far, "far-src", p)?;
         let far_plain: Vec<Rec> = far
             .iter()
             .enumerate()

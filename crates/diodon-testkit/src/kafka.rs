@@ -64,6 +64,7 @@ pub struct KafkaBroker {
     pid: u32,
     bootstrap: SocketAddr,
     dir: PathBuf,
+    netns: String,
 }
 
 impl KafkaBroker {
@@ -75,11 +76,45 @@ impl KafkaBroker {
         let n = BROKERS.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("diodon-kafka-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        let mut broker = KafkaBroker {
+            pid: 0,
+            bootstrap: listen,
+            dir,
+            netns: ns.name().to_owned(),
+        };
+        broker.launch(false);
+        broker
+    }
+
+    /// Stops the broker and keeps its data (topics, records, offsets);
+    /// [`KafkaBroker::start_again`] brings it back.
+    pub fn stop(&mut self) {
         let out = Command::new(kafka_script())
-            .args(["start", "--netns", ns.name(), "--listen"])
-            .arg(listen.to_string())
+            .args(["stop", "--pid", &self.pid.to_string()])
+            .output()
+            .unwrap_or_else(|e| panic!("scripts/kafka.sh stop: {e}"));
+        assert!(
+            out.status.success(),
+            "scripts/kafka.sh stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts the stopped broker again on its address, with its data.
+    pub fn start_again(&mut self) {
+        self.launch(true);
+    }
+
+    fn launch(&mut self, again: bool) {
+        let mut cmd = Command::new(kafka_script());
+        cmd.args(["start", "--netns", &self.netns, "--listen"])
+            .arg(self.bootstrap.to_string())
             .arg("--dir")
-            .arg(&dir)
+            .arg(&self.dir);
+        if again {
+            cmd.arg("--again");
+        }
+        let out = cmd
             .output()
             .unwrap_or_else(|e| panic!("scripts/kafka.sh start: {e}"));
         assert!(
@@ -87,15 +122,10 @@ impl KafkaBroker {
             "scripts/kafka.sh start: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let pid = String::from_utf8_lossy(&out.stdout)
+        self.pid = String::from_utf8_lossy(&out.stdout)
             .trim()
             .parse()
             .unwrap_or_else(|e| panic!("scripts/kafka.sh start printed no PID ({e})"));
-        KafkaBroker {
-            pid,
-            bootstrap: listen,
-            dir,
-        }
     }
 
     /// The broker's address for a client's `bootstrap.servers` (reachable
