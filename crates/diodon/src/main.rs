@@ -35,7 +35,6 @@ mod tunnel;
 
 use args::{Cli, Command, LogFormat};
 use clap::Parser;
-use fatal::Fatal;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -57,10 +56,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
-        Err(Fatal(exit, e)) => {
+        Err(fatal) => {
             progress::clear();
-            eprintln!("diodon: {e:#}");
-            ExitCode::from(exit.code())
+            eprintln!("diodon: {}", fatal.sentence());
+            ExitCode::from(fatal.0.code())
         }
     }
 }
