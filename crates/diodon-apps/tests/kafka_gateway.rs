@@ -71,53 +71,14 @@ fn run(bootstrap: &str) -> Result<(), String> {
     produce(bootstrap, 0, 600)?;
 
     let recv_stop = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let (b, stop) = (bootstrap.to_owned(), Arc::clone(&recv_stop));
-        std::thread::spawn(move || {
-            run_recv(
-                RecvJob {
-                    opts: recv_options(),
-                    output: RecvOutput::Kafka(KafkaSinkOptions {
-                        brokers: b,
-                        topic_prefix: "far-".into(),
-                        timeout: Duration::from_secs(30),
-                    }),
-                    metrics: None,
-                    stop,
-                },
-                |_| {},
-            )
-            .map_err(|e| e.to_string())
-        })
-    };
+    let receiver = start_receiver(bootstrap, Duration::from_secs(30), &recv_stop);
 
     for (run, total) in [(1, 600), (2, 900)] {
         if run == 2 {
             produce(bootstrap, 600, 900)?;
         }
         let send_stop = Arc::new(AtomicBool::new(false));
-        let sender = {
-            let (b, stop) = (bootstrap.to_owned(), Arc::clone(&send_stop));
-            std::thread::spawn(move || {
-                run_send(
-                    SendJob {
-                        opts: send_options(),
-                        input: SendInput::Kafka(KafkaSourceOptions {
-                            brokers: b,
-                            topic: "src".into(),
-                            group: "diodon-gw".into(),
-                            segment_bytes: 256 << 10,
-                            segment_age: Duration::from_millis(300),
-                            timeout: Duration::from_secs(30),
-                        }),
-                        metrics: None,
-                        stop,
-                    },
-                    |_| {},
-                )
-                .map_err(|e| e.to_string())
-            })
-        };
+        let sender = start_sender(bootstrap, "diodon-gw", &send_stop);
         let deadline = Instant::now() + Duration::from_secs(60);
         while far_count(bootstrap)? < total {
             if Instant::now() > deadline || sender.is_finished() {
@@ -191,48 +152,9 @@ fn run_far_down(
     create_topics(far, &["far-src"])?;
     produce(near, 0, 600)?;
     let recv_stop = Arc::new(AtomicBool::new(false));
-    let receiver = {
-        let (b, stop) = (far.to_owned(), Arc::clone(&recv_stop));
-        std::thread::spawn(move || {
-            run_recv(
-                RecvJob {
-                    opts: recv_options(),
-                    output: RecvOutput::Kafka(KafkaSinkOptions {
-                        brokers: b,
-                        topic_prefix: "far-".into(),
-                        timeout: Duration::from_secs(60),
-                    }),
-                    metrics: None,
-                    stop,
-                },
-                |_| {},
-            )
-            .map_err(|e| e.to_string())
-        })
-    };
+    let receiver = start_receiver(far, Duration::from_secs(60), &recv_stop);
     let send_stop = Arc::new(AtomicBool::new(false));
-    let sender = {
-        let (b, stop) = (near.to_owned(), Arc::clone(&send_stop));
-        std::thread::spawn(move || {
-            run_send(
-                SendJob {
-                    opts: send_options(),
-                    input: SendInput::Kafka(KafkaSourceOptions {
-                        brokers: b,
-                        topic: "src".into(),
-                        group: "diodon-down".into(),
-                        segment_bytes: 256 << 10,
-                        segment_age: Duration::from_millis(300),
-                        timeout: Duration::from_secs(30),
-                    }),
-                    metrics: None,
-                    stop,
-                },
-                |_| {},
-            )
-            .map_err(|e| e.to_string())
-        })
-    };
+    let sender = start_sender(near, "diodon-down", &send_stop);
     let wait_far = |n: usize, secs: u64| -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
@@ -303,6 +225,63 @@ fn compare(near: &str, far: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+type Summary<T> = std::thread::JoinHandle<Result<T, String>>;
+
+/// A receiver whose Kafka sink produces into `brokers` (`far-` topics),
+/// on a thread, until `stop`.
+fn start_receiver(
+    brokers: &str,
+    timeout: Duration,
+    stop: &Arc<AtomicBool>,
+) -> Summary<diodon_apps::report::RecvSummary> {
+    let (brokers, stop) = (brokers.to_owned(), Arc::clone(stop));
+    std::thread::spawn(move || {
+        run_recv(
+            RecvJob {
+                opts: recv_options(),
+                output: RecvOutput::Kafka(KafkaSinkOptions {
+                    brokers,
+                    topic_prefix: "far-".into(),
+                    timeout,
+                }),
+                metrics: None,
+                stop,
+            },
+            |_| {},
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// A sender consuming `src` of `brokers` as `group`, on a thread, until
+/// `stop`.
+fn start_sender(
+    brokers: &str,
+    group: &str,
+    stop: &Arc<AtomicBool>,
+) -> Summary<diodon_apps::report::SendSummary> {
+    let (brokers, group, stop) = (brokers.to_owned(), group.to_owned(), Arc::clone(stop));
+    std::thread::spawn(move || {
+        run_send(
+            SendJob {
+                opts: send_options(),
+                input: SendInput::Kafka(KafkaSourceOptions {
+                    brokers,
+                    topic: "src".into(),
+                    group,
+                    segment_bytes: 256 << 10,
+                    segment_age: Duration::from_millis(300),
+                    timeout: Duration::from_secs(30),
+                }),
+                metrics: None,
+                stop,
+            },
+            |_| {},
+        )
+        .map_err(|e| e.to_string())
+    })
 }
 
 fn send_options() -> SendOptions {
