@@ -6,6 +6,11 @@
 //! transfer completes without a single retransmission. Without the wait
 //! the kernel would drop the datagrams silently (`SndbufErrors`) and the
 //! core would have to retransmit them.
+//! The queue is shared with the ACKs on loopback, and on a busy machine an
+//! ACK held behind data now and then makes the core retransmit although
+//! nothing was lost; the transfer is therefore tried up to three times and
+//! must come through once without a retransmission. A sender that drops
+//! on a full queue retransmits in every attempt, so it still fails.
 //! Needs root and `ip netns`; skips with a message otherwise, fails instead
 //! when `CI=true`.
 
@@ -24,7 +29,31 @@ fn a_full_device_queue_holds_datagrams_instead_of_dropping_them() {
     if !require_netns("a_full_device_queue_holds_datagrams_instead_of_dropping_them") {
         return;
     }
-    let name = format!("dtq-{}", std::process::id());
+    let mut attempts = Vec::new();
+    for attempt in 1..=3 {
+        let (stats, retries) = transfer(attempt);
+        assert!(
+            retries > 0,
+            "the 30 kB queue never overflowed: the test proves nothing ({stats:?})"
+        );
+        if stats.retransmissions == 0 {
+            return;
+        }
+        attempts.push(format!(
+            "attempt {attempt}: {} retransmissions, {retries} holds: {stats:?}",
+            stats.retransmissions
+        ));
+    }
+    panic!(
+        "held datagrams must not be lost: every attempt retransmitted\n{}",
+        attempts.join("\n")
+    );
+}
+
+/// One 3 MB transfer through the full queue in a fresh namespace: the
+/// sender's counters and how often it held a datagram.
+fn transfer(attempt: u32) -> (diodon_deltat::Stats, u64) {
+    let name = format!("dtq-{}-{attempt}", std::process::id());
     let ns = Namespace::new(&name);
     run(&[
         "tc",
@@ -73,16 +102,8 @@ fn a_full_device_queue_holds_datagrams_instead_of_dropping_them() {
         (s.stats(), s.send_retries())
     })
     .expect("spawn in namespace");
-    let (stats, retries) = handle
+    handle
         .join()
         .expect("namespace thread")
-        .expect("enter namespace");
-    assert!(
-        retries > 0,
-        "the 30 kB queue never overflowed: the test proves nothing ({stats:?})"
-    );
-    assert_eq!(
-        stats.retransmissions, 0,
-        "held datagrams must not be lost ({retries} holds): {stats:?}"
-    );
+        .expect("enter namespace")
 }
