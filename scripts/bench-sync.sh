@@ -22,12 +22,16 @@
 #                              [--scan-files N] [--repair PCT] [--mtu N] [--dir DIR] [--no-record]
 #                              [--sync-args "ARGS"]   (more arguments for diodon sync, e.g. "--bundle 0")
 #                              [--fresh-fs]   (both trees on a new ext4 image, see below)
+#                              [--perf DIR]   (profile both sides of every profile, see below)
 # --fresh-fs: the source and the received tree live on an ext4 filesystem made
 # for the run (mkfs.ext4 defaults: journal, 256-byte inodes) in a file under
 # --dir, loop-mounted. A root filesystem without a journal, on which many files
 # were deleted in the last 30 s (the tree of the previous profile), makes
 # ext4 check every free inode it considers against its deletion time
 # (recently_deleted), which can take most of a small-file receiver's CPU.
+# --perf DIR: both sides run under perf record (999 Hz, call graphs); per profile,
+# DIR/<profile>-{sync,recv}.txt hold the share of each thread and of each function
+# (self time). perf costs both sides a few per cent of CPU.
 # The receiver runs with --no-fsync (one fsync per file would make the small-file
 # profiles measure the disk's sync latency, not the transfer).
 # Defaults: 2 GB per profile (the note uses 100 GB), repair 5 %, MTU 1500,
@@ -48,6 +52,7 @@ RECORD=yes
 RATE=600mbit
 SYNC_ARGS=""
 FRESH_FS=no
+PERF_DIR=
 CMDLINE="scripts/bench-sync.sh${*:+ $*}"
 export DIODON_TB=${DIODON_TB:-bsync}
 TB="$ROOT/scripts/testbed.sh"
@@ -63,12 +68,18 @@ while [[ $# -gt 0 ]]; do
     --no-record) RECORD=no; shift ;;
     --sync-args) SYNC_ARGS=${2?}; shift 2 ;;
     --fresh-fs) FRESH_FS=yes; shift ;;
+    --perf) PERF_DIR=${2:?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-sync: unknown option $1" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench-sync: must run as root" >&2; exit 1; }
 (cd "$ROOT" && cargo build --release -q -p diodon --bins)
+if [[ -n $PERF_DIR ]]; then
+    command -v perf >/dev/null || { echo "bench-sync: --perf needs perf (apt install linux-perf)" >&2; exit 2; }
+    mkdir -p "$PERF_DIR"
+    PERF_DIR=$(cd "$PERF_DIR" && pwd)
+fi
 BIN="$TARGET/release/diodon"
 REV=$(git -C "$ROOT" rev-parse --short HEAD)
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)
@@ -119,9 +130,18 @@ print(n)
 EOF
 }
 
-# peak RSS (KiB) of PID, polled until it exits; written to FILE.
+# peak RSS (KiB) of PID, polled until it exits; written to FILE. Under
+# --perf, PID is perf's and the process measured is its child.
 watch_rss() {
-    local pid=$1 out=$2 peak=0 v
+    local pid=$1 out=$2 peak=0 v child
+    if [[ -n $PERF_DIR ]]; then
+        for _ in $(seq 100); do
+            child=$(pgrep -P "$pid" | head -n 1 || true)
+            [[ -n $child ]] && break
+            sleep 0.05
+        done
+        [[ -n $child ]] && pid=$child
+    fi
     while [[ -d /proc/$pid ]]; do
         v=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
         [[ -n $v && $v -gt $peak ]] && peak=$v
@@ -155,13 +175,18 @@ for P in $PROFILES; do
     # of up to TOTAL bytes, which a tree that had been there would not).
     sync
     bash "$TB" up --mtu "$MTU" >/dev/null
-    ip netns exec "$DIODON_TB-rx" "$BIN" recv --listen 10.77.0.2:7700 --out "$OUT" --rate "$RATE" --mtu "$MTU" --no-fsync \
+    perf_rx=() perf_tx=()
+    if [[ -n $PERF_DIR ]]; then
+        perf_rx=(perf record -q -F 999 -g -o "$PERF_DIR/$P-recv.data" --)
+        perf_tx=(perf record -q -F 999 -g -o "$PERF_DIR/$P-sync.data" --)
+    fi
+    ip netns exec "$DIODON_TB-rx" "${perf_rx[@]}" "$BIN" recv --listen 10.77.0.2:7700 --out "$OUT" --rate "$RATE" --mtu "$MTU" --no-fsync \
         --json >"$WORK/recv.json" 2>"$WORK/recv.log" &
     RX=$!
     watch_rss "$RX" "$WORK/rx.rss" &
     for _ in $(seq 50); do ip netns exec "$DIODON_TB-rx" grep -q ':1E14 ' /proc/net/udp && break; sleep 0.1; done
     T0=$(date +%s%3N)
-    ip netns exec "$DIODON_TB-tx" "$BIN" sync "$SRC" --to 10.77.0.2:7700 --state "$STATE" --once --passes 1 \
+    ip netns exec "$DIODON_TB-tx" "${perf_tx[@]}" "$BIN" sync "$SRC" --to 10.77.0.2:7700 --state "$STATE" --once --passes 1 \
         --settle 0 --rate "$RATE" --repair "$REPAIR" --mtu "$MTU" $SYNC_ARGS --json >"$WORK/sync.json" 2>"$WORK/sync.log" &
     TX=$!
     watch_rss "$TX" "$WORK/tx.rss" &
@@ -175,10 +200,23 @@ for P in $PROFILES; do
         prev=$now
         sleep 3
     done
-    kill "$RX" 2>/dev/null || true
+    # Under --perf, the receiver is perf's child: stop it, and perf follows.
+    RX_MAIN=$RX
+    if [[ -n $PERF_DIR ]]; then RX_MAIN=$(pgrep -P "$RX" | head -n 1 || echo "$RX"); fi
+    kill "$RX_MAIN" 2>/dev/null || true
     wait "$RX" 2>/dev/null || true
     wait
     bash "$TB" down >/dev/null
+    if [[ -n $PERF_DIR ]]; then
+        for side in sync recv; do
+            {
+                echo "# $side, profile $P: share of samples per thread, then per function (self time)"
+                perf report -i "$PERF_DIR/$P-$side.data" --no-children --sort comm -g none --stdio 2>/dev/null | grep -v '^#' | grep -v '^$'
+                echo
+                perf report -i "$PERF_DIR/$P-$side.data" --no-children --sort dso,sym --percent-limit 0.5 -g none --stdio 2>/dev/null | grep -v '^#' | grep -v '^$'
+            } >"$PERF_DIR/$P-$side.txt"
+        done
+    fi
     ROW=$(python3 - "$OUT" "$T0" "$BYTES" "$COUNT" "$(cat "$WORK/tx.rss")" "$(cat "$WORK/rx.rss")" "$P" "$WORK" <<'EOF'
 import glob, json, sys
 out, t0, nbytes, count, txr, rxr, p, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], sys.argv[8]

@@ -819,6 +819,52 @@ fn a_watched_folder_picks_up_a_new_file_without_a_rescan() {
     eprintln!("picked up by the watch within {} ms", waited * 100);
 }
 
+/// The watch alone keeps a folder mirrored: a new, a changed, a deleted,
+/// a renamed file and a new directory with a subdirectory arrive without a
+/// rescan. Each change costs a look at its own path: the 300 files read
+/// for sending report nothing (the readers' opens are accesses, and they
+/// read without touching the access time), and no folder is read again
+/// but the new ones.
+#[test]
+fn a_watched_tree_follows_every_change_from_its_own_path() {
+    let link = Link::loopback();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src/drop");
+    for i in 0..300 {
+        write(&src.join(format!("sub/f{i:03}")), 1000 + i, 7000 + i as u64);
+    }
+    let (out, db) = (dir.path().join("out"), dir.path().join("state.sqlite"));
+    let rx = link.recv(&out, &["--no-fsync"]);
+    let tx = link.sync(&src, &db, &["--rescan", "600000", "--passes", "1"]);
+    wait_mirrored(&src, &out, Duration::from_secs(30));
+    assert_mirrored(&src, &out);
+    write(&src.join("sub/late.bin"), 5000, 5);
+    write(&src.join("sub/f001"), 777, 6);
+    fs::remove_file(src.join("sub/f002")).unwrap();
+    fs::rename(src.join("sub/f003"), src.join("sub/f003.renamed")).unwrap();
+    fs::create_dir_all(src.join("fresh/deeper")).unwrap();
+    write(&src.join("fresh/top.bin"), 3000, 8);
+    write(&src.join("fresh/deeper/x.bin"), 2000, 9);
+    wait_mirrored(&src, &out, Duration::from_secs(30));
+    let _ = Command::new("kill").arg(tx.id().to_string()).status();
+    let sent = finish(tx, Duration::from_secs(20), "sync (watch)");
+    let _ = stop(rx, "recv");
+    assert_mirrored(&src, &out);
+    let s = &json(&sent)["sync"];
+    eprintln!("sync: {s}");
+    assert_eq!(s["scans"], 1, "one full scan only: {s}");
+    let checked = s["watch_checked"].as_u64().unwrap();
+    assert!(
+        (5..40).contains(&checked),
+        "the changes' paths, not the 300 files read: {checked} paths checked ({s})"
+    );
+    let dirs = s["watch_dirs"].as_u64().unwrap();
+    assert!(
+        (1..=3).contains(&dirs),
+        "only the new folders are read: {dirs} ({s})"
+    );
+}
+
 trait FromBytes {
     fn from_bytes_compat(b: &[u8]) -> &std::ffi::OsStr;
 }

@@ -199,7 +199,7 @@ fn scanner_loop(
     stop: &AtomicBool,
 ) -> Result<(), StateError> {
     let state = State::open(path)?;
-    let (changed_tx, changed) = mpsc::channel::<PathBuf>();
+    let (changed_tx, changed) = mpsc::channel::<Watched>();
     let _watcher = if watch {
         watch_roots(&opts.roots, changed_tx)
     } else {
@@ -229,15 +229,38 @@ fn scanner_loop(
                 Ok(first) => {
                     // Coalesce a burst of events (a file being written).
                     thread::sleep(Duration::from_millis(200));
-                    let mut dirs = std::collections::BTreeSet::from([first]);
-                    dirs.extend(changed.try_iter());
-                    let dirs: Vec<PathBuf> = dirs.into_iter().collect();
-                    let sum = scan::scan_dirs(&state, opts, &dirs)?;
+                    let mut paths = std::collections::BTreeSet::new();
+                    let mut overflow = false;
+                    for w in std::iter::once(first).chain(changed.try_iter()) {
+                        match w {
+                            Watched::Path(p) => {
+                                paths.insert(p);
+                            }
+                            Watched::Overflow => overflow = true,
+                        }
+                    }
+                    if overflow {
+                        tracing::info!("the file-system watch lost events (its queue overflowed): scanning everything now");
+                        break;
+                    }
+                    let paths: Vec<PathBuf> = paths.into_iter().collect();
+                    let sum = scan::scan_paths(&state, opts, &paths)?;
+                    stats
+                        .watch_checked
+                        .fetch_add(paths.len() as u64, Ordering::Relaxed);
+                    stats.watch_dirs.fetch_add(sum.dirs, Ordering::Relaxed);
+                    stats
+                        .found_changed
+                        .fetch_add(sum.changed, Ordering::Relaxed);
+                    stats
+                        .found_deleted
+                        .fetch_add(sum.deleted, Ordering::Relaxed);
                     tracing::debug!(
-                        dirs = dirs.len(),
+                        paths = paths.len(),
+                        dirs = sum.dirs,
                         changed = sum.changed,
                         deleted = sum.deleted,
-                        "watched directories rescanned"
+                        "watched paths checked"
                     );
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -250,23 +273,38 @@ fn scanner_loop(
     Ok(())
 }
 
+/// What the file-system watch hands the scanner.
+enum Watched {
+    /// Something changed at this path (created, written, removed, moved,
+    /// its attributes).
+    Path(PathBuf),
+    /// The kernel's event queue overflowed: events were lost.
+    Overflow,
+}
+
 /// Watches the roots recursively (inotify through the `notify` crate) and
-/// sends the directory of every change; `None` (logged) where the system
-/// refuses, and then the periodic rescan alone finds changes.
+/// sends the path of every change; `None` (logged) where the system
+/// refuses, and then the periodic rescan alone finds changes. Accesses
+/// (open, read, close without writing) are not changes: the readers' own
+/// opens would otherwise report every file sent.
 fn watch_roots(
     roots: &[scan::Root],
-    tx: mpsc::Sender<PathBuf>,
+    tx: mpsc::Sender<Watched>,
 ) -> Option<notify::RecommendedWatcher> {
     use notify::Watcher as _;
     let handler = move |res: notify::Result<notify::Event>| {
-        if let Ok(ev) = res {
-            for p in ev.paths {
-                // The parent: it lists the entry (a new directory is then
-                // walked as new, a removed one is noticed gone).
-                if let Some(dir) = p.parent() {
-                    let _ = tx.send(dir.to_path_buf());
-                }
-            }
+        let Ok(ev) = res else {
+            return;
+        };
+        if ev.need_rescan() {
+            let _ = tx.send(Watched::Overflow);
+            return;
+        }
+        if matches!(ev.kind, notify::EventKind::Access(_)) {
+            return;
+        }
+        for p in ev.paths {
+            let _ = tx.send(Watched::Path(p));
         }
     };
     let mut w = match notify::recommended_watcher(handler) {

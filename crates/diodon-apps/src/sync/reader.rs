@@ -6,7 +6,7 @@
 //! channels' groups).
 //!
 //! ```text
-//!  scheduler ─Job─► reader: open (O_NOFOLLOW) ─► fstat: same version? settled?
+//!  scheduler ─Job─► reader: open (O_NOFOLLOW, O_NOATIME) ─► fstat: same version? settled?
 //!                     │  no: Changed / Unstable / Vanished / Unreadable ─► scheduler
 //!                     ▼
 //!                   SourceHandle::open(meta + SyncInfo) ─► Started{token} ─► scheduler
@@ -101,6 +101,23 @@ fn same_version(a: &FileRow, b: &FileRow) -> bool {
     a.size == b.size && a.mtime_ns == b.mtime_ns && a.ino == b.ino
 }
 
+/// Opens for reading without updating the file's access time where the
+/// kernel lets us (the owner, or `CAP_FOWNER`): an access-time update is
+/// an inode write per file sent, and a watched tree reports it as an
+/// attribute change.
+fn open_noatime(path: &std::path::Path, flags: i32) -> io::Result<File> {
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(flags | libc::O_NOATIME)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            OpenOptions::new().read(true).custom_flags(flags).open(path)
+        }
+        other => other,
+    }
+}
+
 /// Opens the job's file and checks that it is still the version the
 /// database knows and that it has settled.
 fn open_checked(job: &Job, cfg: ReaderConfig) -> Result<File, ReadResult> {
@@ -109,11 +126,7 @@ fn open_checked(job: &Job, cfg: ReaderConfig) -> Result<File, ReadResult> {
     } else {
         libc::O_NOFOLLOW
     };
-    let file: File = match OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(&job.path)
-    {
+    let file: File = match open_noatime(&job.path, flags) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             tracing::warn!(path = %job.path.display(), "vanished between scan and send; its deletion will be announced");

@@ -222,6 +222,23 @@ impl State {
         Ok(out)
     }
 
+    /// The live (not deleted) row of one file, sendable or not: what
+    /// [`State::children`] holds for it.
+    pub fn live(&self, parent: &str, name: &str) -> Result<Option<FileRow>, StateError> {
+        let mut st = self.db.prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM files WHERE parent = ?1 AND name = ?2 AND deleted_ms IS NULL"
+        ))?;
+        Ok(st.query_row(params![parent, name], row).optional()?)
+    }
+
+    /// Whether the directory `path` is known.
+    pub fn has_dir(&self, path: &str) -> Result<bool, StateError> {
+        let mut st = self
+            .db
+            .prepare_cached("SELECT 1 FROM dirs WHERE path = ?1")?;
+        Ok(st.query_row([path], |_| Ok(())).optional()?.is_some())
+    }
+
     /// Subdirectories known under `parent`.
     pub fn subdirs(&self, parent: &str) -> Result<Vec<String>, StateError> {
         let mut st = self
