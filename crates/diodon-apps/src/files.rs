@@ -29,6 +29,7 @@
 //! so the next file that fits is delivered.
 
 mod bundle;
+mod room;
 
 use crate::held::{Held, HeldEvicted, HeldFile, HeldLimits};
 use crate::mirror::{keep_digest, AuditRecord, Mirror, MirrorOptions, MirrorStats};
@@ -390,6 +391,8 @@ pub struct FileSink {
     held: Held,
     /// Channels resumed from held blocks, for the decoder.
     resumes: Vec<(ChannelKey, BlockSet)>,
+    /// Whether the next file fits on the output filesystem.
+    room: room::Room,
 }
 
 /// Skipped channels remembered (a verdict may cross the skip).
@@ -476,6 +479,7 @@ impl FileSink {
         );
         Ok(FileSink {
             out: out.to_owned(),
+            room: room::Room::of(&staging),
             staging,
             quarantine,
             open: HashMap::new(),
@@ -584,24 +588,13 @@ impl FileSink {
     /// the files being written still announce and [`SPACE_RESERVE`]. An
     /// unreadable filesystem size lets the writes decide.
     fn check_room(&self, size: u64) -> Result<(), SinkFailure> {
-        let Ok(space) = diodon_io::fs::space(&self.staging) else {
-            return Ok(());
-        };
-        let pending: u64 = self
-            .open
-            .values()
-            .filter(|s| s.error.is_none())
-            .filter_map(|s| s.meta.size.map(|n| n.saturating_sub(s.written)))
-            .sum();
-        if size.saturating_add(pending).saturating_add(SPACE_RESERVE) > space.available {
-            return Err(SinkFailure::WontFit {
-                size,
-                available: space.available,
-                pending,
-                reserve: SPACE_RESERVE,
-            });
-        }
-        Ok(())
+        self.room.check(size, || {
+            self.open
+                .values()
+                .filter(|s| s.error.is_none())
+                .filter_map(|s| s.meta.size.map(|n| n.saturating_sub(s.written)))
+                .sum()
+        })
     }
 
     fn start(
@@ -793,6 +786,7 @@ impl FileSink {
         match r {
             Ok(()) => {
                 st.written += data.len() as u64;
+                self.room.wrote(data.len() as u64);
                 Ok(())
             }
             Err(why) => {

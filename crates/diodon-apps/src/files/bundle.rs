@@ -147,6 +147,7 @@ impl FileSink {
         let mut f = super::create_staging(&st.tmp)?;
         f.write_all(content)
             .map_err(SinkFailure::file(FileOp::Write))?;
+        self.room.wrote(content.len() as u64);
         st.written = content.len() as u64;
         st.file = Some(f);
         Ok(())
