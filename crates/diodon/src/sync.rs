@@ -79,6 +79,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         ignore: ignores(args, &file, &state).map_err(Fatal::config)?,
         follow_symlinks: args.follow_symlinks || file.follow_symlinks.unwrap_or(false),
         batch: 2000,
+        watch: None,
     };
     if args.scan_only {
         return scan_only(&state, &scan, link.json);

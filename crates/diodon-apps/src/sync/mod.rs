@@ -16,6 +16,7 @@
 //! ```
 //!
 //! Modules: [`state`] (the database), [`scan`] (the streaming scan),
+//! [`watch`] (the inotify watch between scans),
 //! [`schedule`] (what goes next, what went out, the outbox), [`reader`]
 //! (reading files into channels), [`manifest`] (deletions and renames on
 //! the wire, shared with the receiver), and the leaves they share:
@@ -32,6 +33,7 @@ pub mod scan;
 pub mod schedule;
 pub mod state;
 pub mod stats;
+pub mod watch;
 
 pub use inbox::Inbox;
 pub use options::{AfterSend, SyncOptions};
@@ -51,6 +53,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
+use watch::{Watch, Watched};
 
 /// Errors that end a sync.
 #[derive(Debug, thiserror::Error)]
@@ -200,10 +203,15 @@ fn scanner_loop(
 ) -> Result<(), StateError> {
     let state = State::open(path)?;
     let (changed_tx, changed) = mpsc::channel::<Watched>();
-    let _watcher = if watch {
-        watch_roots(&opts.roots, changed_tx)
+    let watched;
+    let opts = if watch {
+        watched = ScanOptions {
+            watch: Watch::start(changed_tx).map(Arc::new),
+            ..opts.clone()
+        };
+        &watched
     } else {
-        None
+        opts
     };
     while !stop.load(Ordering::Relaxed) {
         let t0 = diodon_io::unix_time_ms();
@@ -271,55 +279,6 @@ fn scanner_loop(
         }
     }
     Ok(())
-}
-
-/// What the file-system watch hands the scanner.
-enum Watched {
-    /// Something changed at this path (created, written, removed, moved,
-    /// its attributes).
-    Path(PathBuf),
-    /// The kernel's event queue overflowed: events were lost.
-    Overflow,
-}
-
-/// Watches the roots recursively (inotify through the `notify` crate) and
-/// sends the path of every change; `None` (logged) where the system
-/// refuses, and then the periodic rescan alone finds changes. Accesses
-/// (open, read, close without writing) are not changes: the readers' own
-/// opens would otherwise report every file sent.
-fn watch_roots(
-    roots: &[scan::Root],
-    tx: mpsc::Sender<Watched>,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher as _;
-    let handler = move |res: notify::Result<notify::Event>| {
-        let Ok(ev) = res else {
-            return;
-        };
-        if ev.need_rescan() {
-            let _ = tx.send(Watched::Overflow);
-            return;
-        }
-        if matches!(ev.kind, notify::EventKind::Access(_)) {
-            return;
-        }
-        for p in ev.paths {
-            let _ = tx.send(Watched::Path(p));
-        }
-    };
-    let mut w = match notify::recommended_watcher(handler) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!("no file-system watch ({e}); changes are found by --rescan");
-            return None;
-        }
-    };
-    for r in roots {
-        if let Err(e) = w.watch(&r.path, notify::RecursiveMode::Recursive) {
-            tracing::warn!(root = %r.path.display(), "cannot watch ({e}); changes are found by --rescan");
-        }
-    }
-    Some(w)
 }
 
 /// `diodon sync --status`: the state database's counts.

@@ -19,12 +19,14 @@
 
 use super::state::{join, FileRow, State, StateError};
 use super::stats::SyncStats;
+use super::watch::Watch;
 use globset::GlobSet;
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// One source root: a directory, announced under its base name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +48,9 @@ pub struct ScanOptions {
     pub follow_symlinks: bool,
     /// Database writes per transaction.
     pub batch: usize,
+    /// The file-system watch: every directory is added to it before it is
+    /// read (set by the sync's scanner thread).
+    pub watch: Option<Arc<Watch>>,
 }
 
 /// What one full scan found.
@@ -352,6 +357,10 @@ fn scan_dir(
     writes: &mut Vec<Write>,
     sum: &mut ScanSummary,
 ) -> Result<(), StateError> {
+    // Watched before it is read: a change after the read is reported.
+    if let Some(w) = &opts.watch {
+        w.add(dir);
+    }
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
@@ -505,6 +514,7 @@ mod tests {
             ignore: GlobSet::empty(),
             follow_symlinks: false,
             batch: 10,
+            watch: None,
         };
         let (stats, stop) = (SyncStats::default(), AtomicBool::new(false));
         let first = scan(&state, &opts, &stats, &stop).unwrap();
@@ -552,6 +562,7 @@ mod tests {
                 .unwrap(),
             follow_symlinks: false,
             batch: 10,
+            watch: None,
         };
         let (stats, stop) = (SyncStats::default(), AtomicBool::new(false));
         scan(&state, &opts, &stats, &stop).unwrap();
