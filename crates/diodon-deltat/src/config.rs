@@ -59,7 +59,8 @@ pub struct Config {
     pub initial_sn: u32,
     /// Connections a listener queues before `accept()`.
     pub backlog: usize,
-    /// Duplicate acks that trigger fast retransmit.
+    /// Duplicate acks that trigger fast retransmit, for a peer that sends no
+    /// SACK blocks (with them, loss is found by time: [`crate::rack`]).
     pub dup_ack_threshold: u32,
     /// Congestion controller.
     pub congestion: CongestionAlgorithm,

@@ -11,24 +11,28 @@
 //!   app read  ◀─ rcv.buf ◀─ in-order ◀─ ooo ◀─ data ◀── peer   ─▶ ack
 //!
 //!   timers: Retransmit | ReliableAck | Stimer (3Δt, R1/R7) | Rtimer (2Δt, R3/R4)
+//!           | Reorder (RACK: a hole's reordering window runs out)
 //! ```
 //!
 //! Loss recovery uses the receiver's SACK blocks when it sends them: a
-//! scoreboard marks segments delivered out of order; a segment is lost when
-//! `dup_ack_threshold` segments above it were delivered, or when a segment
-//! sent later (by more than srtt/8) was delivered, so several holes and lost
-//! retransmissions are repaired per round trip. Without SACK, `NewReno`
-//! (three duplicate acks, partial acks) as before.
+//! scoreboard marks segments delivered out of order, and [`crate::rack`]
+//! decides by time which holes are lost: a segment sent after the hole was
+//! delivered *and* a reordering window (a quarter of the smoothed RTT, wider
+//! when reordering was seen) has passed since — on an ack, or when the
+//! reorder timer fires. Reordering alone, a burst of SACK blocks in one
+//! ack or late and stale acks therefore mark nothing lost, while several
+//! holes and lost retransmissions are still repaired per round trip.
+//! Without SACK, `NewReno` (three duplicate acks, partial acks) as before.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use diodon_sansio::{TimerSlot, TimerTable, Timestamp};
 
 use crate::api::{ConnHandle, ConnectionError, Error, Event, Stats};
 use crate::cc::{Bbr, CongestionControl, Cubic, DeliverySample, NewReno, Unlimited};
 use crate::config::{CongestionAlgorithm, Settings, WallClock};
+use crate::rack::{Delivered, Rack, Transmission};
 use crate::rtt::RttEstimator;
 use crate::seq::Seq;
 use crate::wire::{
@@ -57,10 +61,12 @@ enum Timer {
     ReliableAck,
     Stimer,
     Rtimer,
+    /// RACK: the earliest time a hole in the SACK scoreboard becomes lost.
+    Reorder,
 }
 
 impl TimerSlot for Timer {
-    const COUNT: usize = 4;
+    const COUNT: usize = 5;
     fn index(self) -> usize {
         self as usize
     }
@@ -94,6 +100,9 @@ struct Sent {
     exhausted: bool,
     /// Reported held by the receiver in a SACK block.
     sacked: bool,
+    /// When the sender learnt that a segment sent after the last
+    /// transmission was delivered (RACK: lost a reordering window later).
+    passed: Option<Timestamp>,
     /// `SendState::delivered` and its time at the last transmission.
     tx_delivered: u64,
     tx_delivered_time: Timestamp,
@@ -103,6 +112,24 @@ impl Sent {
     /// Whether the segment counts as in flight (the "pipe" of RFC 6675).
     fn in_pipe(&self) -> bool {
         !self.lost && !self.exhausted && !self.sacked
+    }
+
+    /// Its last transmission, for RACK.
+    fn transmission(&self) -> Transmission {
+        Transmission {
+            xmit: self.last_tx,
+            end: self.sn.add(self.len),
+        }
+    }
+
+    /// It as newly delivered by an ack, for RACK.
+    fn delivered(&self) -> Delivered {
+        Delivered {
+            tx: self.transmission(),
+            retransmitted: self.retransmitted,
+            marked_lost: self.lost && !self.retransmitted,
+            passed: self.passed,
+        }
     }
 }
 
@@ -136,6 +163,9 @@ struct SendState {
     peer_scaled: bool,
     dup_acks: u32,
     recover: Option<Seq>,
+    /// A segment sent after recovery began was found lost: that is a new
+    /// congestion signal, answered by a new recovery when this one ends.
+    loss_after_recover: bool,
     rdv: SendRdv,
     /// Octets of `flight` in the pipe (not lost, exhausted or `SACKed`).
     pipe: usize,
@@ -145,8 +175,8 @@ struct SendState {
     exhausted_count: usize,
     /// The peer sends SACK blocks (`NewReno` partial-ack guessing is off).
     sack_seen: bool,
-    /// Latest transmission time among segments known delivered (RACK's clock).
-    rack_ts: Option<Timestamp>,
+    /// Delivery order in time: which holes are lost (RACK).
+    rack: Rack,
     /// Octets delivered (acked or `SACKed`) so far, and when the last were.
     delivered: u64,
     delivered_time: Timestamp,
@@ -369,12 +399,13 @@ impl Connection {
                 peer_scaled: false,
                 dup_acks: 0,
                 recover: None,
+                loss_after_recover: false,
                 rdv: SendRdv::None,
                 pipe: 0,
                 lost_count: 0,
                 exhausted_count: 0,
                 sack_seen: false,
-                rack_ts: None,
+                rack: Rack::new(),
                 delivered: 0,
                 delivered_time: Timestamp::ZERO,
                 ack_delivered: 0,
@@ -768,6 +799,9 @@ impl Connection {
         self.snd.pipe = 0;
         self.snd.lost_count = 0;
         self.snd.exhausted_count = 0;
+        self.snd.loss_after_recover = false;
+        self.snd.rack.reset();
+        self.timers.stop(Timer::Reorder);
     }
 
     /// Pipe octets, lost and exhausted segments, counted from the flight.
@@ -828,7 +862,8 @@ impl Connection {
     }
 
     /// Applies an ack's SACK blocks to the scoreboard.
-    fn apply_sack(&mut self, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+    fn apply_sack(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
+        let (min_rtt, nxt) = (self.rtt.min_rtt(), self.snd.nxt);
         for (start, end) in seg.sack_blocks() {
             self.snd.sack_seen = true;
             if end.diff(self.snd.una) <= 0 || start.diff(self.snd.max) >= 0 {
@@ -842,16 +877,17 @@ impl Connection {
                 if f.sacked {
                     continue;
                 }
+                self.snd.rack.on_delivered(now, f.delivered(), min_rtt, nxt);
                 if f.in_pipe() {
                     self.snd.pipe -= f.len as usize;
                 }
                 if f.lost {
+                    // Marked lost but delivered before it was resent.
                     f.lost = false;
                     self.snd.lost_count -= 1;
                 }
                 f.sacked = true;
                 ctx.stats.sacked_segments += 1;
-                self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
                 self.snd.ack_delivered += f.len as usize;
                 DeliveryMark::keep_latest(&mut self.snd.ack_latest, f);
             }
@@ -883,45 +919,64 @@ impl Connection {
         );
     }
 
-    /// SACK-based loss detection (RFC 6675's `DupThresh` rule plus RACK's
-    /// time rule, which also catches lost retransmissions); enters recovery.
+    /// SACK-based loss detection by time (RACK, RFC 8985): a segment in
+    /// flight is lost once a segment sent after it was delivered and the
+    /// reordering window has passed since the sender learnt that (this also
+    /// finds lost retransmissions); the reorder timer is armed for the
+    /// earliest hole still inside its window. The first loss enters recovery.
     fn detect_losses(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
-        let Some(rack) = self.snd.rack_ts else {
-            return;
-        };
-        let reorder = self
-            .rtt
-            .srtt()
-            .map_or(Duration::from_millis(1), |s| s / 8)
-            .max(Duration::from_millis(1));
-        let thresh = ctx.s.cfg.dup_ack_threshold;
-        let flight_size = self.flight_size();
-        let mut sacked_above = 0u32;
+        let window = self.snd.rack.reorder_window(self.rtt.srtt());
         let mut marked = 0u64;
-        for i in (0..self.snd.flight.len()).rev() {
-            let f = &self.snd.flight[i];
-            if f.sacked {
-                sacked_above += 1;
+        let mut next: Option<Timestamp> = None;
+        for i in 0..self.snd.flight.len() {
+            let f = &mut self.snd.flight[i];
+            let first = Transmission {
+                xmit: f.first_tx,
+                end: f.sn.add(f.len),
+            };
+            if !self.snd.rack.passed(first) {
+                // First sent no earlier than the latest delivered segment,
+                // like every segment after it (the flight is in SN order,
+                // first transmissions in time order): none of them is passed.
+                break;
+            }
+            if !f.in_pipe() || !self.snd.rack.passed(f.transmission()) {
                 continue;
             }
-            if !f.in_pipe() {
-                continue;
-            }
-            let by_count = !f.retransmitted && sacked_above >= thresh;
-            let by_time = rack > f.last_tx + reorder;
-            if by_count || by_time {
+            let at = *f.passed.get_or_insert(now) + window;
+            if at <= now {
+                if self.snd.recover.is_some_and(|r| !f.sn.before(r)) {
+                    self.snd.loss_after_recover = true;
+                }
                 Self::mark_lost(&mut self.snd, i);
                 marked += 1;
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
             }
+        }
+        match next {
+            Some(at) => self.timers.set(Timer::Reorder, at),
+            None => self.timers.stop(Timer::Reorder),
         }
         if marked > 0 {
             ctx.stats.sack_loss_marks += marked;
             if self.snd.recover.is_none() {
-                ctx.stats.fast_retransmits += 1;
-                self.snd.recover = Some(self.snd.nxt);
-                self.cc.on_congestion_event(now, flight_size);
+                self.enter_recovery(now, ctx);
             }
         }
+    }
+
+    /// Fast recovery after losses found from SACK blocks: one window
+    /// reduction until everything sent so far is acked.
+    fn enter_recovery(&mut self, now: Timestamp, ctx: &mut Ctx<'_>) {
+        ctx.stats.fast_retransmits += 1;
+        self.snd.recover = Some(self.snd.nxt);
+        self.snd.loss_after_recover = false;
+        self.snd.rack.on_recovery();
+        // The base is never above the window: a long recovery leaves much
+        // `SACKed` data outstanding, and a loss must not raise the window.
+        let base = self.flight_size().min(self.cc.window());
+        self.cc.on_congestion_event(now, base);
     }
 
     fn on_ack(&mut self, now: Timestamp, seg: &SegmentRepr<'_>, ctx: &mut Ctx<'_>) {
@@ -982,7 +1037,14 @@ impl Connection {
         let window = seg.window_octets();
         if acked > 0 {
             self.on_new_ack(now, seg.sn, acked as usize, ctx);
-        } else if span > 0 && !overflow && window == self.snd.wnd {
+        } else if span > 0
+            && !overflow
+            && window == self.snd.wnd
+            && !self.snd.sack_seen
+            && seg.payload.is_empty()
+        {
+            // `NewReno` for a peer that sends no SACK blocks; with them a
+            // duplicate ack is only reordering until RACK says otherwise.
             self.snd.dup_acks += 1;
             if self.snd.dup_acks == ctx.s.cfg.dup_ack_threshold && self.snd.recover.is_none() {
                 ctx.stats.fast_retransmits += 1;
@@ -994,9 +1056,13 @@ impl Connection {
                 self.cc.on_congestion_event(now, in_flight);
             }
         }
-        if !overflow && !seg.payload.is_empty() {
-            self.apply_sack(seg, ctx);
-            self.detect_losses(now, ctx);
+        if !overflow {
+            if !seg.payload.is_empty() {
+                self.apply_sack(now, seg, ctx);
+            }
+            if self.snd.sack_seen {
+                self.detect_losses(now, ctx);
+            }
         }
         self.report_delivery(now);
         self.snd.wnd = window;
@@ -1019,17 +1085,20 @@ impl Connection {
         }
         ctx.stats.bytes_acked += acked as u64;
         let mut sample = None;
+        let (min_rtt, nxt) = (self.rtt.min_rtt(), self.snd.nxt);
         while let Some(f) = self.snd.flight.front_mut() {
             if f.sn.add(f.len).diff(ack) <= 0 {
                 if !f.retransmitted {
                     sample = Some(now - f.last_tx);
+                }
+                if !f.sacked {
+                    self.snd.rack.on_delivered(now, f.delivered(), min_rtt, nxt);
                 }
                 if f.in_pipe() {
                     self.snd.pipe -= f.len as usize;
                 }
                 self.snd.lost_count -= usize::from(f.lost);
                 self.snd.exhausted_count -= usize::from(f.exhausted);
-                self.snd.rack_ts = self.snd.rack_ts.max(Some(f.last_tx));
                 if !f.sacked {
                     self.snd.ack_delivered += f.len as usize;
                     DeliveryMark::keep_latest(&mut self.snd.ack_latest, f);
@@ -1059,6 +1128,9 @@ impl Connection {
             Some(r) if !ack.before(r) => {
                 self.snd.recover = None;
                 self.cc.on_recovery_end(now);
+                if std::mem::take(&mut self.snd.loss_after_recover) {
+                    self.enter_recovery(now, ctx);
+                }
             }
             Some(_) if !self.snd.sack_seen => {
                 // `NewReno` partial ack: the next hole is lost too (with SACK,
@@ -1072,6 +1144,7 @@ impl Connection {
         }
         if self.snd.flight.is_empty() {
             self.timers.stop(Timer::Retransmit);
+            self.timers.stop(Timer::Reorder);
         } else {
             self.arm_rto(now, ctx.s);
         }
@@ -1145,6 +1218,9 @@ impl Connection {
         if self.timers.take_expired(Timer::Retransmit, now) {
             self.on_rto(now, ctx);
         }
+        if self.timers.take_expired(Timer::Reorder, now) && self.failed.is_none() {
+            self.detect_losses(now, ctx);
+        }
         if self.timers.take_expired(Timer::ReliableAck, now) {
             self.on_reliable_ack_timer(now, ctx);
         }
@@ -1213,6 +1289,7 @@ impl Connection {
         }
         self.rescan();
         self.snd.recover = Some(self.snd.nxt);
+        self.snd.loss_after_recover = false;
         self.snd.dup_acks = 0;
         if self.snd.flight.iter().any(|f| !f.exhausted) {
             self.arm_rto(now, ctx.s);
@@ -1383,6 +1460,7 @@ impl Connection {
         f.lost = false;
         f.retransmitted = true;
         f.last_tx = now;
+        f.passed = None;
         let (sn, len, deadline) = (f.sn, f.len as usize, f.deadline);
         let (tx_delivered, tx_delivered_time) = self.snd.stamp(now);
         let f = &mut self.snd.flight[i];
@@ -1397,7 +1475,10 @@ impl Connection {
             Flags::NONE
         };
         ctx.stats.retransmissions += 1;
-        if self.timers.get(Timer::Retransmit).is_none() {
+        if sn == self.snd.una || self.timers.get(Timer::Retransmit).is_none() {
+            // The timer guards the head: once resent, it runs from now (as
+            // Linux does), or it could fire while the retransmission is
+            // still on its way.
             self.arm_rto(now, ctx.s);
         }
         Some(self.append_data(ctx.s, flags, sn, deadline, off, len, buf))
@@ -1464,6 +1545,7 @@ impl Connection {
             lost: false,
             exhausted: false,
             sacked: false,
+            passed: None,
             tx_delivered,
             tx_delivered_time,
         });

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Modules: [`wire`] (segment view and repr), [`seq`] (serial SNs),
-//! [`config`] (Δt, timers, wall clock), [`rtt`] (RFC 6298), [`cc`]
+//! [`config`] (Δt, timers, wall clock), [`rtt`] (RFC 6298), [`rack`] (loss
+//! detection by time, RFC 8985), [`cc`]
 //! (congestion control trait, `NewReno`), [`api`] (handles, errors, events,
 //! counters the application sees), [`endpoint`] (demux and app calls);
 //! the per-connection state machine (rules R1–R7) is private. The protocol is
@@ -27,6 +28,7 @@ pub mod endpoint;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod rack;
 pub mod rtt;
 pub mod seq;
 pub mod wire;

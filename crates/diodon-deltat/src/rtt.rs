@@ -1,6 +1,7 @@
 //! Retransmission timeout estimation (RFC 6298): SRTT/RTTVAR from samples of
 //! segments that were never retransmitted (Karn), exponential backoff bounded
-//! by `max_rto` (and, by the caller, by R).
+//! by `max_rto` (and, by the caller, by R); also the smallest sample seen
+//! (the path's min RTT, which RACK's loss detection uses).
 //!
 //! ```text
 //!   first sample R:  SRTT = R, RTTVAR = R/2
@@ -17,6 +18,7 @@ const GRANULARITY: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone)]
 pub struct RttEstimator {
     srtt: Option<Duration>,
+    min_rtt: Option<Duration>,
     rttvar: Duration,
     rto: Duration,
     min_rto: Duration,
@@ -29,6 +31,7 @@ impl RttEstimator {
     pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> RttEstimator {
         RttEstimator {
             srtt: None,
+            min_rtt: None,
             rttvar: Duration::ZERO,
             rto: initial_rto,
             min_rto,
@@ -39,6 +42,7 @@ impl RttEstimator {
 
     /// Feeds one sample (never from a retransmitted segment).
     pub fn on_sample(&mut self, r: Duration) {
+        self.min_rtt = Some(self.min_rtt.map_or(r, |m| m.min(r)));
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -58,6 +62,11 @@ impl RttEstimator {
     /// Smoothed RTT, once sampled.
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt
+    }
+
+    /// The smallest sample so far, once sampled.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
     }
 
     /// Current RTO including backoff.
@@ -95,6 +104,7 @@ mod tests {
         e.on_sample(ms(200));
         // RTTVAR = 3/4*50 + 1/4*100 = 62.5; SRTT = 112.5; RTO = 112.5 + 250 = 362.5
         assert_eq!(e.rto(), Duration::from_micros(362_500));
+        assert_eq!(e.min_rtt(), Some(ms(100)));
     }
 
     #[test]
