@@ -224,7 +224,7 @@ pub fn scan_paths(
             continue;
         };
         let rel = join(&parent, file_name);
-        if opts.ignore.is_match(file_name) || opts.ignore.is_match(&rel) {
+        if ignored_below_root(opts, &rel) {
             continue;
         }
         let meta = if opts.follow_symlinks {
@@ -280,6 +280,19 @@ pub fn scan_paths(
         sum.transactions += walked.transactions;
     }
     Ok(sum)
+}
+
+/// Whether the scan would never reach `rel` (a channel path, its root's
+/// base first): it, or a folder it is in, matches an ignore glob by its
+/// name or by its path, as [`scan_dir`] tests every entry.
+fn ignored_below_root(opts: &ScanOptions, rel: &str) -> bool {
+    let mut ends: Vec<usize> = rel.match_indices('/').map(|(i, _)| i).skip(1).collect();
+    ends.push(rel.len());
+    ends.into_iter().any(|end| {
+        let prefix = &rel[..end];
+        let name = prefix.rsplit('/').next().unwrap_or(prefix);
+        opts.ignore.is_match(name) || opts.ignore.is_match(prefix)
+    })
 }
 
 /// `parent/name` is no longer a file of the tree: a live file is marked
@@ -578,8 +591,20 @@ mod tests {
         fs::write(root.join("fresh/a"), b"a").unwrap();
         fs::write(root.join("fresh/deeper/b"), b"b").unwrap();
         fs::remove_dir_all(root.join("old/gone")).unwrap();
+        // A folder the scan skips: nothing below it counts either.
+        fs::create_dir(root.join("junk.tmp")).unwrap();
+        fs::write(root.join("junk.tmp/inner"), b"j").unwrap();
         let reported: Vec<PathBuf> = [
-            "new", "f01", "f02", "f03", "f04", "x.tmp", "fresh", "old/gone",
+            "new",
+            "f01",
+            "f02",
+            "f03",
+            "f04",
+            "x.tmp",
+            "fresh",
+            "old/gone",
+            "junk.tmp",
+            "junk.tmp/inner",
         ]
         .iter()
         .map(|p| root.join(p))
@@ -595,6 +620,8 @@ mod tests {
         assert!(live.contains_key("new") && live.contains_key("f04"));
         assert!(!live.contains_key("f02") && !live.contains_key("f03"));
         assert!(!live.contains_key("x.tmp"));
+        assert!(state.children("tree/junk.tmp").unwrap().is_empty());
+        assert!(!state.has_dir("tree/junk.tmp").unwrap());
         assert_eq!(live["f01"].size, 10);
         assert_eq!(live["f01"].passes, 0);
         assert_eq!(state.children("tree/fresh/deeper").unwrap().len(), 1);

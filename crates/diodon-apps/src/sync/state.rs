@@ -153,8 +153,16 @@ const PENDING_SQL: &str =
 const LOWEST_PASS_SQL: &str =
     "SELECT MIN(passes) FROM files WHERE deleted_ms IS NULL AND error IS NULL AND passes < ?1";
 
-const ROW_COLUMNS: &str =
-    "parent, name, size, mtime_ns, touched_ms, ino, mode, digest, first_seen_ms, passes";
+/// `SELECT` of the columns [`row`] reads, then the rest of the query: one
+/// literal, so a statement looked up once per file is not formatted first.
+macro_rules! select_rows {
+    ($rest:literal) => {
+        concat!(
+            "SELECT parent, name, size, mtime_ns, touched_ms, ino, mode, digest, first_seen_ms, passes ",
+            $rest
+        )
+    };
+}
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FileRow> {
     let digest: Option<Vec<u8>> = r.get(7)?;
@@ -210,8 +218,8 @@ impl State {
 
     /// The live (not deleted) files directly in `parent`, by name.
     pub fn children(&self, parent: &str) -> Result<HashMap<String, FileRow>, StateError> {
-        let mut st = self.db.prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS} FROM files WHERE parent = ?1 AND deleted_ms IS NULL"
+        let mut st = self.db.prepare_cached(select_rows!(
+            "FROM files WHERE parent = ?1 AND deleted_ms IS NULL"
         ))?;
         let rows = st.query_map([parent], row)?;
         let mut out = HashMap::new();
@@ -225,8 +233,8 @@ impl State {
     /// The live (not deleted) row of one file, sendable or not: what
     /// [`State::children`] holds for it.
     pub fn live(&self, parent: &str, name: &str) -> Result<Option<FileRow>, StateError> {
-        let mut st = self.db.prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS} FROM files WHERE parent = ?1 AND name = ?2 AND deleted_ms IS NULL"
+        let mut st = self.db.prepare_cached(select_rows!(
+            "FROM files WHERE parent = ?1 AND name = ?2 AND deleted_ms IS NULL"
         ))?;
         Ok(st.query_row(params![parent, name], row).optional()?)
     }
@@ -336,8 +344,8 @@ impl State {
 
     /// The live, sendable version of one file, if any.
     pub fn current(&self, parent: &str, name: &str) -> Result<Option<FileRow>, StateError> {
-        let mut st = self.db.prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS} FROM files WHERE parent = ?1 AND name = ?2
+        let mut st = self.db.prepare_cached(select_rows!(
+            "FROM files WHERE parent = ?1 AND name = ?2
              AND deleted_ms IS NULL AND error IS NULL"
         ))?;
         Ok(st.query_row(params![parent, name], row).optional()?)
@@ -360,8 +368,8 @@ impl State {
         stable_before: i64,
         limit: usize,
     ) -> Result<Vec<FileRow>, StateError> {
-        let mut st = self.db.prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS} FROM files
+        let mut st = self.db.prepare_cached(select_rows!(
+            "FROM files
              WHERE passes = ?1 AND deleted_ms IS NULL AND error IS NULL AND touched_ms <= ?2
              ORDER BY touched_ms LIMIT ?3"
         ))?;
