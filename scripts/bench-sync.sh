@@ -35,8 +35,8 @@
 # The receiver runs with --no-fsync (one fsync per file would make the small-file
 # profiles measure the disk's sync latency, not the transfer).
 # Defaults: 2 GB per profile (the note uses 100 GB), repair 5 %, MTU 1500,
-# 10,000,000 files for the scan, work under /var/tmp. Appends the table to
-# BENCHMARKS.md and writes results/sync-bench/<date>.md (unless --no-record).
+# 10,000,000 files for the scan, work under /var/tmp. Writes the table and
+# both sides' JSON summaries to results/sync-bench/ (unless --no-record).
 # Needs root (network namespaces, mount). Builds with cargo (CARGO_TARGET_DIR honoured).
 set -euo pipefail
 
