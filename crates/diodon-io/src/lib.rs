@@ -36,6 +36,7 @@
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
+//! - [`memory`]: glibc malloc's arenas, limited for buffers that change threads.
 //! - [`sandbox`]: the process restricting itself (user, capabilities,
 //!   `no_new_privs`, Landlock, seccomp); what to allow is the caller's choice.
 
@@ -43,6 +44,7 @@ pub mod child;
 pub mod clock;
 pub mod counters;
 pub mod fs;
+pub mod memory;
 pub mod netns;
 pub mod packet;
 pub mod pcap;

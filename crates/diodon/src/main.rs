@@ -39,6 +39,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any thread: buffers change threads (diodon_io::memory).
+    diodon_io::memory::limit_malloc_arenas(diodon_io::memory::ARENAS);
     let cli = Cli::parse();
     init_logging(cli.log_format);
     let result = match cli.cmd {
