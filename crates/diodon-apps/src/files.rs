@@ -52,9 +52,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Staging directory under the output directory.
 pub const STAGING: &str = ".diodon-staging";
-/// Bytes always left free on the output filesystem: a file whose announced
-/// size would eat into them is refused before its first byte.
-pub const SPACE_RESERVE: u64 = 1 << 20;
+pub use room::SPACE_RESERVE;
 
 /// A file to send.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,9 +10,6 @@
 //! answer. (Before, a tree of 10 KB files paid an `open`, `fstatvfs` and
 //! `close` of the staging folder per file.)
 //!
-//! [`SPACE_RESERVE`]: super::SPACE_RESERVE
-
-use super::SPACE_RESERVE;
 use crate::sink_error::SinkFailure;
 use diodon_io::fs::Space;
 use std::cell::Cell;
@@ -20,6 +17,9 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
+/// Bytes always left free on the output filesystem: a file whose announced
+/// size would eat into them is refused before its first byte.
+pub const SPACE_RESERVE: u64 = 1 << 20;
 /// The estimate is trusted this long (ms) after the filesystem's answer.
 const TRUSTED_MS: u64 = 1000;
 /// Blocks a file's bytes are counted in.
