@@ -263,10 +263,16 @@ fn write(path: &Path, len: usize, seed: u64) {
 }
 
 /// Every regular file under `root` (not `.diodon*`): relative path → (bytes, mtime ns).
+/// A live receiver may move or replace a file while it is walked: what
+/// vanishes under the walk is left out (pollers look again; the final
+/// comparison runs on a tree at rest).
 fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, i64)> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (Vec<u8>, i64)>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries {
+            let Ok(e) = e else { continue };
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with(".diodon") {
                 continue;
@@ -275,15 +281,11 @@ fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, i64)> {
             if ft.is_dir() {
                 walk(root, &e.path(), out);
             } else if ft.is_file() {
-                let m = e.metadata().unwrap();
+                let (Ok(m), Ok(bytes)) = (e.metadata(), fs::read(e.path())) else {
+                    continue;
+                };
                 let rel = e.path().strip_prefix(root).unwrap().display().to_string();
-                out.insert(
-                    rel,
-                    (
-                        fs::read(e.path()).unwrap(),
-                        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-                    ),
-                );
+                out.insert(rel, (bytes, m.mtime() * 1_000_000_000 + m.mtime_nsec()));
             }
         }
     }
