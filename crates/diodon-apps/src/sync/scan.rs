@@ -70,6 +70,17 @@ pub struct ScanSummary {
     pub transactions: u64,
 }
 
+impl std::ops::AddAssign for ScanSummary {
+    fn add_assign(&mut self, o: ScanSummary) {
+        self.dirs += o.dirs;
+        self.files += o.files;
+        self.changed += o.changed;
+        self.deleted += o.deleted;
+        self.skipped += o.skipped;
+        self.transactions += o.transactions;
+    }
+}
+
 /// A difference found by the scan, written later in a short transaction:
 /// the directories are read outside any transaction, so the scheduler's
 /// writes never wait behind a directory being read.
@@ -271,13 +282,7 @@ pub fn scan_paths(
     // New directories' rows first, then their walks.
     apply(state, &mut writes, &mut sum)?;
     if !dirs.is_empty() {
-        let walked = scan_dirs(state, opts, &dirs)?;
-        sum.dirs += walked.dirs;
-        sum.files += walked.files;
-        sum.changed += walked.changed;
-        sum.deleted += walked.deleted;
-        sum.skipped += walked.skipped;
-        sum.transactions += walked.transactions;
+        sum += scan_dirs(state, opts, &dirs)?;
     }
     Ok(sum)
 }
