@@ -241,8 +241,8 @@ impl SendSummary {
         if let Some(k) = &self.kafka {
             let _ = writeln!(
                 s,
-                "  kafka: {} records ({} bytes framed) in {} segments; {} offset commits; {} segments not sent (their offsets stay uncommitted)",
-                k.records, k.bytes, k.segments, k.committed, k.unsent
+                "  kafka: {} records ({} bytes framed) in {} segments; {} offset commits; {} segments not sent (their offsets stay uncommitted); {} repeated copies",
+                k.records, k.bytes, k.segments, k.committed, k.unsent, k.repeats
             );
         }
         if let Some(u) = &self.udp_source {
@@ -664,8 +664,8 @@ fn mirror_line(m: &crate::mirror::MirrorCounters) -> String {
 /// The Kafka sink's line of the receiver's text summary.
 fn kafka_sink_line(k: &KafkaSinkCounters) -> String {
     format!(
-        "  kafka: {} records produced, {} acknowledged by the far brokers, {} not; {} skipped as produced before; {} gaps ({} source offsets never arrived)\n",
-        k.produced, k.delivered, k.failed, k.duplicates, k.gaps, k.gap_records
+        "  kafka: {} records produced, {} acknowledged by the far brokers, {} not; {} skipped as produced before; {} gaps ({} source offsets never arrived); {} source offsets held no record\n",
+        k.produced, k.delivered, k.failed, k.duplicates, k.gaps, k.gap_records, k.no_record
     )
 }
 

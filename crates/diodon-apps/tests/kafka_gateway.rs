@@ -8,7 +8,11 @@
 //! sender run in the same group carries only the new records, and nothing
 //! is duplicated. A second test sinks into a broker of its own and stops
 //! it for 10 s mid-stream: the records wait in the sink's producer and
-//! arrive once each when it is back. Needs root and namespaces; skips
+//! arrive once each when it is back. A third carries a topic written in
+//! transactions (each commit marker, and an aborted transaction, leave
+//! offsets without a record) in two passes: no gap may be counted, every
+//! offset without a record is counted as such, every second copy is
+//! skipped. Needs root and namespaces; skips
 //! without them, fails under `CI=true`. (The lossy diode with two brokers
 //! is the binary's test.)
 //!
@@ -59,6 +63,236 @@ fn a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart() {
     }
 }
 
+#[test]
+fn a_transactional_topic_crosses_in_two_passes_without_a_false_gap() {
+    if !require_kafka("a_transactional_topic_crosses_in_two_passes_without_a_false_gap") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-txn-{}", std::process::id()));
+    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let bootstrap = broker.bootstrap().to_string();
+    let outcome = netns::spawn_in(ns.name(), move || run_transactional(&bootstrap))
+        .expect("spawn a thread in the namespace")
+        .join();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Visible records per partition of the transactional run.
+const TXN_RECORDS: usize = 300;
+
+/// 900 records in committed transactions of 12 (4 per partition) and one
+/// aborted transaction in the middle, carried in two passes with small
+/// segments (many begin right after a commit marker, so their label's
+/// `FROM` must cover it): the far topic holds the committed records once each, in
+/// order, with their source offsets; the sink counts no gap and exactly
+/// the source's offsets without a record between records as such; every
+/// record's second copy was skipped; the group committed each partition
+/// up to its last record.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run_transactional(bootstrap: &str) -> Result<(), String> {
+    create_topics(bootstrap, &["src", "far-src"])?;
+    produce_transactions(bootstrap)?;
+    let total = TXN_RECORDS * usize::try_from(PARTITIONS).expect("partitions");
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receiver = start_receiver(bootstrap, Duration::from_secs(30), &recv_stop);
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let sender = start_sender(bootstrap, "diodon-txn", (2, 16 << 10), &send_stop);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while far_count(bootstrap)? < total {
+        if Instant::now() > deadline || sender.is_finished() {
+            send_stop.store(true, Ordering::Relaxed);
+            let s = sender.join().map_err(|_| "sender panicked".to_string())?;
+            return Err(format!(
+                "the far topic holds {} of {total}; sender: {s:?}",
+                far_count(bootstrap)?
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let the second copies of the last segments arrive.
+    std::thread::sleep(Duration::from_secs(2));
+    send_stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
+    recv_stop.store(true, Ordering::Relaxed);
+    let got = receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())??;
+    let source = sent
+        .kafka
+        .ok_or("the sender's summary has no Kafka counters")?;
+    let sink = got
+        .kafka
+        .ok_or("the receiver's summary has no Kafka counters")?;
+    eprintln!("source: {source:?}\nsink: {sink:?}");
+    let mut without_record = 0;
+    let mut ends = Vec::new();
+    for p in 0..PARTITIONS {
+        let src = read_records(bootstrap, "src", p, TXN_RECORDS)?;
+        let far = read_records(bootstrap, "far-src", p, TXN_RECORDS)?;
+        for (i, ((offset, (k, v, h)), (_, (fk, fv, fh)))) in src.iter().zip(&far).enumerate() {
+            let mut fh = fh.clone();
+            let header = fh.pop();
+            let want = Some((
+                SOURCE_HEADER.to_owned(),
+                Some(format!("{p}/{offset}").into_bytes()),
+            ));
+            if header != want || (k, v, h) != (fk, fv, &fh) {
+                return Err(format!(
+                    "partition {p} record {i} (source offset {offset}) differs on the far side"
+                ));
+            }
+        }
+        let last = src.last().map_or(0, |(o, _)| *o);
+        without_record += last + 1 - u64::try_from(src.len()).expect("count");
+        ends.push(i64::try_from(last + 1).expect("offset"));
+    }
+    let committed = committed_of(bootstrap, "diodon-txn")?;
+    let want_sink = (
+        total as u64,
+        total as u64,
+        0,
+        0,
+        total as u64,
+        without_record,
+    );
+    let have_sink = (
+        sink.produced,
+        sink.delivered,
+        sink.failed,
+        sink.gaps,
+        sink.duplicates,
+        sink.no_record,
+    );
+    if have_sink != want_sink {
+        return Err(format!(
+            "sink (produced, acknowledged, failed, gaps, skipped, offsets without a record) = \
+             {have_sink:?}, want {want_sink:?}"
+        ));
+    }
+    if source.repeats != source.segments || source.segments < 60 || source.unsent != 0 {
+        return Err(format!(
+            "source: {source:?}: want as many repeated copies as segments (several per partition)"
+        ));
+    }
+    if committed != ends {
+        return Err(format!(
+            "committed offsets {committed:?}, the partitions' last records end at {ends:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Records into `src` in transactions: 12 per committed transaction (4 per
+/// partition, each partition's records then one commit marker), one
+/// aborted transaction of 6 after the 40th; `TXN_RECORDS` committed per
+/// partition.
+fn produce_transactions(bootstrap: &str) -> Result<(), String> {
+    let t = Duration::from_secs(30);
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", "diodon-test-txn")
+        .create()
+        .map_err(|e| format!("transactional producer: {e}"))?;
+    p.init_transactions(t)
+        .map_err(|e| format!("init transactions: {e}"))?;
+    let send = |i: usize, aborted: bool| -> Result<(), String> {
+        let size = if i.is_multiple_of(97) {
+            100_000
+        } else {
+            10 + (i * 37) % 3_000
+        };
+        let value = vec![u8::try_from(i % 251).expect("byte"); size];
+        let key = format!("{}{i}", if aborted { "aborted" } else { "k" });
+        let partition = i32::try_from(i).expect("i") % PARTITIONS;
+        let rec = BaseRecord::to("src")
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&value)
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "n",
+                value: Some(key.as_bytes()),
+            }));
+        p.send(rec).map_err(|(e, _)| format!("send {i}: {e}"))
+    };
+    let per_txn = 12;
+    let committed = TXN_RECORDS * usize::try_from(PARTITIONS).expect("partitions");
+    for txn in 0..committed / per_txn {
+        p.begin_transaction().map_err(|e| format!("begin: {e}"))?;
+        for i in txn * per_txn..(txn + 1) * per_txn {
+            send(i, false)?;
+        }
+        p.commit_transaction(t)
+            .map_err(|e| format!("commit: {e}"))?;
+        if txn == 40 {
+            p.begin_transaction().map_err(|e| format!("begin: {e}"))?;
+            for i in 0..6 {
+                send(i, true)?;
+            }
+            p.flush(t).map_err(|e| format!("flush: {e}"))?;
+            p.abort_transaction(t).map_err(|e| format!("abort: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The first `n` records of `topic`/`partition` a committed-only consumer
+/// reads, with their offsets.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadline")]
+fn read_records(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    n: usize,
+) -> Result<Vec<(u64, Rec)>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "diodon-gw-check")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)
+        .map_err(|e| e.to_string())?;
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.len() < n {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "read {} of {n} records of {topic}/{partition}",
+                out.len()
+            ));
+        }
+        let Some(m) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let m = m.map_err(|e| format!("poll: {e}"))?;
+        let headers = m.headers().map_or_else(Vec::new, |h| {
+            h.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        });
+        out.push((
+            u64::try_from(m.offset()).map_err(|e| e.to_string())?,
+            (
+                m.key().map(<[u8]>::to_vec),
+                m.payload().map(<[u8]>::to_vec),
+                headers,
+            ),
+        ));
+    }
+    Ok(out)
+}
+
 type Rec = (
     Option<Vec<u8>>,
     Option<Vec<u8>>,
@@ -78,7 +312,7 @@ fn run(bootstrap: &str) -> Result<(), String> {
             produce(bootstrap, 600, 900)?;
         }
         let send_stop = Arc::new(AtomicBool::new(false));
-        let sender = start_sender(bootstrap, "diodon-gw", &send_stop);
+        let sender = start_sender(bootstrap, "diodon-gw", (1, 256 << 10), &send_stop);
         let deadline = Instant::now() + Duration::from_secs(60);
         while far_count(bootstrap)? < total {
             if Instant::now() > deadline || sender.is_finished() {
@@ -154,7 +388,7 @@ fn run_far_down(
     let recv_stop = Arc::new(AtomicBool::new(false));
     let receiver = start_receiver(far, Duration::from_secs(60), &recv_stop);
     let send_stop = Arc::new(AtomicBool::new(false));
-    let sender = start_sender(near, "diodon-down", &send_stop);
+    let sender = start_sender(near, "diodon-down", (1, 256 << 10), &send_stop);
     let wait_far = |n: usize, secs: u64| -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
@@ -255,11 +489,12 @@ fn start_receiver(
     })
 }
 
-/// A sender consuming `src` of `brokers` as `group`, on a thread, until
-/// `stop`.
+/// A sender consuming `src` of `brokers` as `group`, each segment of up
+/// to `segment_bytes` sent `passes` times, on a thread, until `stop`.
 fn start_sender(
     brokers: &str,
     group: &str,
+    (passes, segment_bytes): (u32, usize),
     stop: &Arc<AtomicBool>,
 ) -> Summary<diodon_apps::report::SendSummary> {
     let (brokers, group, stop) = (brokers.to_owned(), group.to_owned(), Arc::clone(stop));
@@ -271,8 +506,9 @@ fn start_sender(
                     brokers,
                     topic: "src".into(),
                     group,
-                    segment_bytes: 256 << 10,
+                    segment_bytes,
                     segment_age: Duration::from_millis(300),
+                    passes,
                     timeout: Duration::from_secs(30),
                 }),
                 metrics: None,
@@ -372,9 +608,14 @@ fn far_count(bootstrap: &str) -> Result<usize, String> {
 }
 
 fn committed(bootstrap: &str) -> Result<Vec<i64>, String> {
+    committed_of(bootstrap, "diodon-gw")
+}
+
+/// The offsets `group` committed for `src`, per partition (-1: none).
+fn committed_of(bootstrap: &str, group: &str) -> Result<Vec<i64>, String> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("group.id", "diodon-gw")
+        .set("group.id", group)
         .create()
         .map_err(|e| format!("consumer: {e}"))?;
     let mut tpl = TopicPartitionList::new();

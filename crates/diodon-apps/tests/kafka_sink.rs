@@ -3,7 +3,9 @@
 //! them arrive in channels cut at odd byte boundaries and are produced into
 //! the prefixed topic, same partition, in order, each with its
 //! `diodon-source` header; a second channel overlapping the first produces
-//! only what is new, a jump in source offsets is a counted gap, a channel
+//! only what is new, source offsets below a channel's `FROM` that never
+//! arrived are a counted gap, a jump inside a channel is an offset without
+//! a record (counted apart), a channel
 //! cut inside a record fails, and a restarted sink (a new process) reads
 //! the far partition's last record and duplicates nothing. Bad input is
 //! one clear sentence: an unreachable broker, a far topic that does not
@@ -65,25 +67,39 @@ fn run(bootstrap: &str) -> Result<(), String> {
     };
     let records = records(170);
 
-    // First run: 0..100, then 50..150 and 160..170 (50 duplicates, a gap
-    // of 150..=159), then a channel cut inside a record.
+    // First run: 0..100, then 50..150 (50 duplicates), then a channel
+    // read on from 160 (a gap of 150..=159) holding 160..166 and 167..170
+    // (offset 166 held no record: inside a channel, never a gap), then a
+    // channel cut inside a record.
     let stats = Arc::new(KafkaSinkStats::default());
     let mut sink = KafkaSink::connect(opts.clone(), Arc::clone(&stats))?;
     let v = deliver(&mut sink, 1, "kafka:src/1", &frame(&records[..100]), 0)?;
     expect_verified(&v, "first channel")?;
-    let mut second = frame(&records[50..150]);
-    second.extend_from_slice(&frame(&records[160..170]));
     expect_verified(
-        &deliver(&mut sink, 2, "kafka:src/1", &second, 0)?,
+        &deliver(&mut sink, 2, "kafka:src/1@50", &frame(&records[50..150]), 0)?,
         "second channel",
     )?;
+    let mut third = frame(&records[160..166]);
+    third.extend_from_slice(&frame(&records[167..170]));
+    expect_verified(
+        &deliver(&mut sink, 3, "kafka:src/1@160", &third, 0)?,
+        "third channel",
+    )?;
     let cut = frame(&records[165..168]);
-    let v = deliver(&mut sink, 3, "kafka:src/1", &cut[..cut.len() - 3], 0)?;
+    let v = deliver(&mut sink, 4, "kafka:src/1", &cut[..cut.len() - 3], 0)?;
     if !matches!(&v, Verdict::Failed { reason } if reason.contains("inside a record")) {
         return Err(format!("a channel cut inside a record: {v:?}"));
     }
     let s = stats.snapshot();
-    if (s.produced, s.duplicates, s.gaps, s.gap_records, s.failed) != (160, 50 + 2, 1, 10, 0) {
+    let counted = (
+        s.produced,
+        s.duplicates,
+        s.gaps,
+        s.gap_records,
+        s.no_record,
+        s.failed,
+    );
+    if counted != (159, 50 + 2, 1, 10, 1, 0) {
         return Err(format!("first run counted {s:?}"));
     }
     drop(sink);
@@ -100,9 +116,9 @@ fn run(bootstrap: &str) -> Result<(), String> {
         return Err(format!("the restarted sink counted {s:?}"));
     }
 
-    // The far partition: 0..150 and 160..170, once each, in order.
+    // The far partition: 0..150, 160..166 and 167..170, once each, in order.
     let far = read_partition(bootstrap, "far-src", 1)?;
-    let want: Vec<u64> = (0..150).chain(160..170).collect();
+    let want: Vec<u64> = (0..150).chain(160..166).chain(167..170).collect();
     let got: Vec<u64> = far.iter().map(|r| r.0).collect();
     if got != want {
         return Err(format!("far source offsets {got:?}"));

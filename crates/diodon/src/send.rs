@@ -131,6 +131,7 @@ fn kafka_source(
         group: pick(args.group.as_ref(), file.group.as_ref()).unwrap_or_else(|| "diodon".into()),
         segment_bytes: 4 << 20,
         segment_age: Duration::from_secs(1),
+        passes: pick(args.passes.as_ref(), file.passes.as_ref()).unwrap_or(1),
         timeout: Duration::from_secs(30),
     })
 }

@@ -5,8 +5,9 @@
 //! --kafka` to `diodon recv --kafka` with 1 % random loss; the far topic
 //! must hold exactly the same records per partition, in order, each once
 //! (both sides consumed and compared). The first sender is killed
-//! (SIGKILL) mid-stream and started again in its group: it resends what it
-//! had sent but not committed, and the sink skips it; a third start after
+//! (SIGKILL) mid-stream and started again in its group with `--passes 2`:
+//! it resends what it had sent but not committed, and every segment twice,
+//! and the sink skips what it already produced; a third start after
 //! a clean stop sends nothing again. Nothing is duplicated downstream. Needs root, namespaces,
 //! Java and the broker (`scripts/kafka.sh fetch`); skips without them,
 //! fails under `CI=true`.
@@ -185,7 +186,10 @@ fn a_topic_crosses_a_lossy_diode_exactly_once_and_a_restart_duplicates_nothing()
     let mut first = first;
     first.kill().unwrap();
     first.wait().unwrap();
-    let second = spawn(&tb, "tx", &send_args, &logs.path().join("send2.log"));
+    // The second runs two passes: every segment goes twice, the sink
+    // skips the second copy (or fills from it what the loss took).
+    let twice = [&send_args[..], &["--passes", "2"]].concat();
+    let second = spawn(&tb, "tx", &twice, &logs.path().join("send2.log"));
     wait_for(&rx_ns, i64::from(RECORDS), start, &logs);
     eprintln!(
         "{RECORDS} records across in {:.1} s, {} packets dropped by the 1 % loss rule",
@@ -208,13 +212,23 @@ fn a_topic_crosses_a_lossy_diode_exactly_once_and_a_restart_duplicates_nothing()
     // The summaries count the same: the sink produced every record once
     // and the far brokers acknowledged them all; no offsets went missing.
     let sink = summary_numbers(&logs.path().join("recv.log"), "records produced");
-    eprintln!("receiver: produced, acknowledged, failed, skipped, gaps, gap offsets = {sink:?}");
-    assert_eq!(sink.len(), 6, "{sink:?}");
+    eprintln!(
+        "receiver: produced, acknowledged, failed, skipped, gaps, gap offsets, offsets without a record = {sink:?}"
+    );
+    assert_eq!(sink.len(), 7, "{sink:?}");
     assert_eq!(sink[0], u64::from(RECORDS), "records produced");
     assert_eq!(sink[1], u64::from(RECORDS), "records acknowledged");
-    assert_eq!((sink[2], sink[4], sink[5]), (0, 0, 0), "failures and gaps");
+    assert_eq!(
+        (sink[2], sink[4], sink[5], sink[6]),
+        (0, 0, 0, 0),
+        "failures and gaps"
+    );
     let source = summary_numbers(&logs.path().join("send2.log"), "offset commits");
-    eprintln!("restarted sender: records, bytes, segments, commits, unsent = {source:?}");
+    eprintln!("restarted sender: records, bytes, segments, commits, unsent, repeats = {source:?}");
+    assert_eq!(
+        source[5], source[2],
+        "one repeated copy per segment: {source:?}"
+    );
     assert_eq!(source[0], resumed, "the summary and the log line agree");
     assert!(
         source[2] > 0 && source[3] > 0,

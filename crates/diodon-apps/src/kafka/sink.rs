@@ -8,8 +8,10 @@
 //!  Opened ─► target (prefix + topic, partition) known? ─ no ─► read its last record's
 //!                                                             diodon-source header ─► next
 //!  Data ─► pending ─► parse_prefix ─► offset < next: skipped (a duplicate: a pass, a restart)
-//!                                     offset > next: gap counted and logged (offsets), produced
-//!                                     else produced ─► next = offset + 1
+//!                                     offset > next: the part the channel vouches for (from its
+//!                                       label's FROM, or its previous record, on) counted as
+//!                                       offsets without a record; the rest a gap, counted and logged
+//!                                     produced ─► next = offset + 1
 //!  Complete ─► flush ─► verdict (failed deliveries, a record cut off: Failed)
 //! ```
 //!
@@ -28,7 +30,9 @@
 //! and counted. Never a silent gap: source offsets that never arrive (a
 //! failed channel, a lost block) show up as a jump and are counted and
 //! logged with their range. A compacted or transactional source topic has
-//! offsets without records; those jumps are counted as gaps too.
+//! offsets without records: a channel's bytes arrive without a hole, so a
+//! jump between two of its records, or between its label's `FROM` and its
+//! first record, is such an offset, counted apart and never a gap.
 //! Backpressure: a full producer queue blocks the writer thread, which
 //! blocks the decoder; nothing inside is dropped.
 
@@ -59,6 +63,7 @@ diodon_counters::counters! {
         gaps: counter Count "gaps" "Jumps in a partition's source offsets: records that never arrived.",
         gap_records: counter Count "gap_offsets" "Source offsets inside those jumps.",
         failed: counter Count "delivery_failures" "Records the far broker did not acknowledge.",
+        no_record: counter Count "offsets_without_record" "Source offsets that held no record (a compacted topic, transaction markers): passed over, not gaps.",
     }
 }
 
@@ -80,6 +85,8 @@ pub struct KafkaSinkStats {
     pub gap_records: AtomicU64,
     /// Records the far broker did not acknowledge.
     pub failed: AtomicU64,
+    /// Source offsets without a record.
+    pub no_record: AtomicU64,
 }
 
 impl KafkaSinkStats {
@@ -93,6 +100,7 @@ impl KafkaSinkStats {
             gaps: self.gaps.load(Ordering::Relaxed),
             gap_records: self.gap_records.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
+            no_record: self.no_record.load(Ordering::Relaxed),
         }
     }
 }
@@ -153,6 +161,9 @@ struct Open {
     pending: Vec<u8>,
     bytes: u64,
     failed_before: u64,
+    /// The source offset from which the channel holds every record of the
+    /// partition: its label's `FROM`, then the offset after each record.
+    vouched: Option<u64>,
     /// Its trailer arrived (its verdict was given) while an earlier
     /// channel of the partition was still open.
     done: bool,
@@ -340,25 +351,34 @@ impl KafkaSink {
                 })
                 .next;
             let offset = record.source_offset;
+            let vouched = open.vouched.replace(offset.saturating_add(1));
             if let Some(n) = *next {
                 if offset < n {
                     self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 if offset > n {
-                    self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+                    // From `vouched` on the channel holds every record, so
+                    // the offsets between it and this record held none.
+                    let gap_end = vouched.map_or(offset, |v| v.clamp(n, offset));
                     self.stats
-                        .gap_records
-                        .fetch_add(offset - n, Ordering::Relaxed);
-                    tracing::warn!(
-                        channel = %key.channel.0,
-                        topic = open.target.0,
-                        partition = open.target.1,
-                        first = n,
-                        last = offset - 1,
-                        "Kafka gap: source offsets {n}..={} never arrived",
-                        offset - 1
-                    );
+                        .no_record
+                        .fetch_add(offset - gap_end, Ordering::Relaxed);
+                    if gap_end > n {
+                        self.stats.gaps.fetch_add(1, Ordering::Relaxed);
+                        self.stats
+                            .gap_records
+                            .fetch_add(gap_end - n, Ordering::Relaxed);
+                        tracing::warn!(
+                            channel = %key.channel.0,
+                            topic = open.target.0,
+                            partition = open.target.1,
+                            first = n,
+                            last = gap_end - 1,
+                            "Kafka gap: source offsets {n}..={} never arrived",
+                            gap_end - 1
+                        );
+                    }
                 }
             }
             *next = Some(offset + 1);
@@ -659,6 +679,7 @@ impl Sink for KafkaSink {
                         pending: Vec::new(),
                         bytes: 0,
                         failed_before: self.stats.failed.load(Ordering::Relaxed),
+                        vouched: label.from,
                         done: false,
                     },
                 );

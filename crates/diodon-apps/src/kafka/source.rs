@@ -1,36 +1,49 @@
 //! The Kafka source (`send --kafka`): consumes one topic, all its
 //! partitions, as a member of a consumer group, and carries each
-//! topic-partition in channels named `kafka:TOPIC/PARTITION` (kind
+//! topic-partition in channels named `kafka:TOPIC/PARTITION@FROM` (kind
 //! `Stream`), the records framed by `KafkaRecord::emit`. A partition's
 //! records go into one channel (a *segment*) until it holds
 //! `segment_bytes` or is `segment_age` old; then the segment ends and the
 //! next record opens a new one, so a block the link loses fails one
-//! segment, not the partition (the sink counts its offsets as a gap).
+//! segment, not the partition.
 //!
 //! ```text
 //!  poll ─► record of P ─► segment of P (open on first record) ─► SourceHandle::data
-//!             │ full or old: finish ─► awaiting[token] = (P, last offset + 1)
-//!  on_sent (core thread) ─► notices ─► per P, the longest run of sent segments ─► commit
+//!             │ full or old: finish, then passes − 1 copies ─► awaiting[token] = (P, last offset + 1)
+//!  on_sent (core thread) ─► notices ─► per P, the longest run of segments sent passes times ─► commit
 //! ```
 //!
-//! Offsets are committed only once a segment was handed to the link:
-//! the sender core tells every channel's end through `SendOptions::on_sent`
-//! ([`sent_channel`]), and the group's committed offset of a
-//! partition moves to the end of the last segment before which every
-//! segment was sent. A restarted source resumes there: what was sent but
-//! not committed goes again, and the sink skips it (no duplicate). A
-//! segment the core aborted or refused is never committed past; the
-//! partition resumes before it at the next start. Each segment is sent
-//! once (carousel passes are not built yet).
+//! **Passes.** Each segment goes to the link `passes` times: the copies
+//! are channels of their own with the same label, opened right after the
+//! segment ends, so the sink meets them before the partition's next
+//! segment and a copy fills what the link lost of an earlier one (the
+//! sink skips what it already produced).
+//!
+//! **Commits.** Offsets are committed only once every copy of a segment
+//! was handed to the link: the sender core tells every channel's end
+//! through `SendOptions::on_sent` ([`sent_channel`]), and the group's
+//! committed offset of a partition moves to the end of the last segment
+//! before which every segment was sent. A restarted source resumes there:
+//! what was sent but not committed goes again, and the sink skips it (no
+//! duplicate). A segment the core aborted or refused is never committed
+//! past; the partition resumes before it at the next start.
+//!
+//! **`FROM`.** Each segment names the offset the consumer read the
+//! partition on from without a break: the end of the partition's previous
+//! segment, or, for the first segment after an assignment, the group's
+//! committed offset (the partition's start when none). The sink treats
+//! offsets between `FROM` and the records, and between two records of a
+//! channel, as offsets the source never held (a compacted topic, a
+//! transaction's markers), not as gaps.
 
 use super::label::{valid_topic, ChannelLabel};
 use crate::send::{SentHook, SentNotice, SentStatus, SourceHandle};
 use diodon_proto::kafka_record::{KafkaRecord, RecordHeader, RecordTimestamp};
 use diodon_proto::ChannelMeta;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, Timestamp, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, Timestamp, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -45,10 +58,11 @@ diodon_counters::counters! {
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
     pub struct KafkaSourceCounters in Diodon "kafka_source" {
         records: counter Count "records" "Records consumed and framed into channels.",
-        bytes: counter Bytes "framed" "Framed record bytes handed to the sender.",
-        segments: counter Count "segments" "Channels (segments of a topic-partition) opened.",
+        bytes: counter Bytes "framed" "Framed record bytes handed to the sender (first pass).",
+        segments: counter Count "segments" "Channels (segments of a topic-partition) opened, first pass.",
         committed: counter Count "commits" "Offset commits after segments were handed to the link.",
-        unsent: counter Count "unsent_segments" "Segments the sender aborted or refused: their offsets stay uncommitted.",
+        unsent: counter Count "unsent_segments" "Segment copies the sender aborted or refused: their offsets stay uncommitted.",
+        repeats: counter Count "repeated_segments" "Further copies of segments (passes after the first).",
     }
 }
 
@@ -63,8 +77,10 @@ pub struct KafkaSourceStats {
     pub segments: AtomicU64,
     /// Offset commits.
     pub committed: AtomicU64,
-    /// Segments not sent.
+    /// Segment copies not sent.
     pub unsent: AtomicU64,
+    /// Copies after the first pass.
+    pub repeats: AtomicU64,
 }
 
 impl KafkaSourceStats {
@@ -76,6 +92,7 @@ impl KafkaSourceStats {
             segments: self.segments.load(Ordering::Relaxed),
             committed: self.committed.load(Ordering::Relaxed),
             unsent: self.unsent.load(Ordering::Relaxed),
+            repeats: self.repeats.load(Ordering::Relaxed),
         }
     }
 }
@@ -94,6 +111,8 @@ pub struct KafkaSourceOptions {
     pub segment_bytes: usize,
     /// A segment ends once it is this old.
     pub segment_age: Duration,
+    /// Times each segment goes to the link (1 or more).
+    pub passes: u32,
     /// How long to wait for the brokers' first answer and, at the end, for
     /// the last segments to be sent.
     pub timeout: Duration,
@@ -102,18 +121,60 @@ pub struct KafkaSourceOptions {
 /// One open segment of a partition.
 struct Segment {
     token: u64,
+    label: ChannelLabel,
     buf: Vec<u8>,
+    /// Every byte of the segment, kept for the copies (passes > 1 only).
+    whole: Vec<u8>,
     framed: usize,
     next: i64,
     opened: Instant,
 }
 
 /// A finished segment waiting to be sent: its partition, the offset after
-/// its last record, and whether it was sent.
+/// its last record, the copies not yet reported, and whether one failed.
 struct Awaiting {
     partition: i32,
     next: i64,
-    sent: Option<bool>,
+    left: u32,
+    unsent: bool,
+}
+
+/// The consumer's context: notes the partitions a rebalance took away, so
+/// their next segment asks where consumption resumed.
+#[derive(Default)]
+struct Assignments {
+    revoked: Mutex<Vec<i32>>,
+}
+
+impl ClientContext for Assignments {}
+
+impl ConsumerContext for Assignments {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            if let Ok(mut revoked) = self.revoked.lock() {
+                revoked.extend(
+                    tpl.elements()
+                        .iter()
+                        .map(rdkafka::topic_partition_list::TopicPartitionListElem::partition),
+                );
+            }
+        }
+    }
+}
+
+/// The segments of every partition: open, finished and awaiting their
+/// copies' notices, and where each partition's consumption stands.
+#[derive(Default)]
+struct Segments {
+    open: HashMap<i32, Segment>,
+    awaiting: HashMap<u64, Awaiting>,
+    /// Copy token → the token of the segment it repeats.
+    copy_of: HashMap<u64, u64>,
+    /// Per partition, its segments in the order they were sent.
+    order: HashMap<i32, VecDeque<u64>>,
+    /// Per partition, the offset after the last record consumed in this
+    /// assignment (the next segment's `FROM`).
+    position: HashMap<i32, i64>,
 }
 
 /// The Kafka source (module doc). Give the hook of [`sent_channel`] to the
@@ -122,7 +183,7 @@ struct Awaiting {
 /// [`KafkaSource::serve`].
 pub struct KafkaSource {
     opts: KafkaSourceOptions,
-    consumer: BaseConsumer,
+    consumer: BaseConsumer<Assignments>,
     notices: Receiver<SentNotice>,
 }
 
@@ -149,6 +210,11 @@ impl std::fmt::Debug for KafkaSource {
     }
 }
 
+/// The sender pipeline's end as the source's error.
+fn closed(_: crate::send::Closed) -> String {
+    "the sender pipeline has stopped".to_owned()
+}
+
 impl KafkaSource {
     /// Creates the group consumer and checks that the brokers answer and
     /// the topic exists: an `Err` is one sentence naming what is wrong.
@@ -159,18 +225,23 @@ impl KafkaSource {
         if !valid_topic(&opts.topic) {
             return Err(format!("{:?} is not a Kafka topic name", opts.topic));
         }
-        let consumer: BaseConsumer = ClientConfig::new()
+        if opts.passes == 0 {
+            return Err("Kafka source: passes must be at least 1".into());
+        }
+        let consumer: BaseConsumer<Assignments> = ClientConfig::new()
             .set("bootstrap.servers", &opts.brokers)
             .set("group.id", &opts.group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
+            // Records of aborted or open transactions never cross.
+            .set("isolation.level", "read_committed")
             .set("allow.auto.create.topics", "false")
             // A sender that died leaves the group after 10 s (Kafka's
             // default is 45 s), so a restarted one resumes that soon.
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "3000")
-            .create()
+            .create_with_context(Assignments::default())
             .map_err(|e| format!("Kafka consumer for {}: {e}", opts.brokers))?;
         let meta = consumer
             .fetch_metadata(Some(&opts.topic), opts.timeout)
@@ -214,51 +285,17 @@ impl KafkaSource {
         stop: &AtomicBool,
         stats: &KafkaSourceStats,
     ) -> Result<(), String> {
-        let closed = |_| "the sender pipeline has stopped".to_owned();
-        let mut open: HashMap<i32, Segment> = HashMap::new();
-        let mut awaiting: HashMap<u64, Awaiting> = HashMap::new();
-        let mut order: HashMap<i32, VecDeque<u64>> = HashMap::new();
+        let mut segs = Segments::default();
         while !stop.load(Ordering::Relaxed) {
             if let Some(polled) = self.consumer.poll(Duration::from_millis(20)) {
                 let m = polled.map_err(|e| format!("consuming {}: {e}", self.opts.topic))?;
-                let partition = m.partition();
-                let seg = match open.entry(partition) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        let label = ChannelLabel {
-                            topic: self.opts.topic.clone(),
-                            partition,
-                        };
-                        let token = handle
-                            .open(ChannelMeta::stream(label.to_string()))
-                            .map_err(closed)?;
-                        stats.segments.fetch_add(1, Ordering::Relaxed);
-                        e.insert(Segment {
-                            token,
-                            buf: Vec::with_capacity(FLUSH_BYTES * 2),
-                            framed: 0,
-                            next: m.offset(),
-                            opened: Instant::now(),
-                        })
-                    }
-                };
-                let before = seg.buf.len();
-                frame(&m, &mut seg.buf)?;
-                seg.framed += seg.buf.len() - before;
-                seg.next = m.offset() + 1;
-                stats.records.fetch_add(1, Ordering::Relaxed);
-                stats
-                    .bytes
-                    .fetch_add((seg.buf.len() - before) as u64, Ordering::Relaxed);
-                if seg.buf.len() >= FLUSH_BYTES {
-                    handle
-                        .data(seg.token, std::mem::take(&mut seg.buf))
-                        .map_err(closed)?;
-                }
+                self.forget_revoked(&mut segs);
+                self.add(&m, handle, &mut segs, stats)?;
             }
-            // Segments that are full or old end; idle ones hand on their bytes.
+            // Segments that are full or old end.
             let now = Instant::now();
-            let ended: Vec<i32> = open
+            let ended: Vec<i32> = segs
+                .open
                 .iter()
                 .filter(|(_, s)| {
                     s.framed >= self.opts.segment_bytes
@@ -267,46 +304,177 @@ impl KafkaSource {
                 .map(|(p, _)| *p)
                 .collect();
             for p in ended {
-                if let Some(s) = open.remove(&p) {
-                    end_segment(handle, s, p, &mut awaiting, &mut order)?;
+                if let Some(s) = segs.open.remove(&p) {
+                    self.end_segment(handle, s, p, &mut segs, stats)?;
                 }
             }
-            self.commit_sent(&mut awaiting, &mut order, stats)?;
+            self.commit_sent(&mut segs, stats)?;
         }
-        for (p, s) in open.drain() {
-            end_segment(handle, s, p, &mut awaiting, &mut order)?;
+        let last: Vec<(i32, Segment)> = segs.open.drain().collect();
+        for (p, s) in last {
+            self.end_segment(handle, s, p, &mut segs, stats)?;
         }
         let deadline = Instant::now() + self.opts.timeout;
-        while !awaiting.is_empty() && Instant::now() < deadline {
+        while !segs.awaiting.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
-            self.commit_sent(&mut awaiting, &mut order, stats)?;
+            self.commit_sent(&mut segs, stats)?;
         }
-        if !awaiting.is_empty() {
+        if !segs.awaiting.is_empty() {
             tracing::warn!(
-                segments = awaiting.len(),
+                segments = segs.awaiting.len(),
                 "Kafka source: segments not yet sent at the end; their offsets stay uncommitted"
             );
         }
         Ok(())
     }
 
-    /// Reads the sender's notices and commits, per partition, the offset
-    /// after the longest run of sent segments.
-    fn commit_sent(
+    /// Partitions a rebalance took away resume, when they come back, where
+    /// the group committed: their position is asked again.
+    fn forget_revoked(&self, segs: &mut Segments) {
+        let revoked = match self.consumer.context().revoked.lock() {
+            Ok(mut r) => std::mem::take(&mut *r),
+            Err(_) => return,
+        };
+        for p in revoked {
+            segs.position.remove(&p);
+        }
+    }
+
+    /// Frames `m` into its partition's open segment (opening one first).
+    #[expect(clippy::disallowed_methods, reason = "a segment's age starts")]
+    fn add(
         &self,
-        awaiting: &mut HashMap<u64, Awaiting>,
-        order: &mut HashMap<i32, VecDeque<u64>>,
+        m: &impl Message,
+        handle: &SourceHandle,
+        segs: &mut Segments,
         stats: &KafkaSourceStats,
     ) -> Result<(), String> {
+        let partition = m.partition();
+        if !segs.open.contains_key(&partition) {
+            let from = match segs.position.get(&partition) {
+                Some(&at) => Some(at),
+                None => self.resumed_at(partition),
+            }
+            .map(|at| at.min(m.offset()))
+            .and_then(|at| u64::try_from(at).ok());
+            let label = ChannelLabel {
+                topic: self.opts.topic.clone(),
+                partition,
+                from,
+            };
+            let token = handle
+                .open(ChannelMeta::stream(label.to_string()))
+                .map_err(closed)?;
+            stats.segments.fetch_add(1, Ordering::Relaxed);
+            segs.open.insert(
+                partition,
+                Segment {
+                    token,
+                    label,
+                    buf: Vec::with_capacity(FLUSH_BYTES * 2),
+                    whole: Vec::new(),
+                    framed: 0,
+                    next: m.offset(),
+                    opened: Instant::now(),
+                },
+            );
+        }
+        let Some(seg) = segs.open.get_mut(&partition) else {
+            return Ok(());
+        };
+        let before = seg.buf.len();
+        frame(m, &mut seg.buf)?;
+        let added = seg.buf.len() - before;
+        if self.opts.passes > 1 {
+            seg.whole.extend_from_slice(&seg.buf[before..]);
+        }
+        seg.framed += added;
+        seg.next = m.offset() + 1;
+        segs.position.insert(partition, seg.next);
+        stats.records.fetch_add(1, Ordering::Relaxed);
+        stats.bytes.fetch_add(added as u64, Ordering::Relaxed);
+        if seg.buf.len() >= FLUSH_BYTES {
+            handle
+                .data(seg.token, std::mem::take(&mut seg.buf))
+                .map_err(closed)?;
+        }
+        Ok(())
+    }
+
+    /// Where the consumer started reading `partition` in this assignment:
+    /// the group's committed offset, or the partition's first offset when
+    /// the group has none. `None` when the brokers do not say (the segment
+    /// then claims nothing about offsets before its first record).
+    fn resumed_at(&self, partition: i32) -> Option<i64> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.opts.topic, partition);
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, self.opts.timeout)
+            .ok()
+            .and_then(|t| {
+                t.find_partition(&self.opts.topic, partition)
+                    .map(|e| e.offset())
+            });
+        match committed {
+            Some(Offset::Offset(at)) => Some(at),
+            _ => self
+                .consumer
+                .fetch_watermarks(&self.opts.topic, partition, self.opts.timeout)
+                .ok()
+                .map(|(low, _)| low),
+        }
+    }
+
+    /// Hands a segment's last bytes on, ends its channel and sends its
+    /// further copies.
+    fn end_segment(
+        &self,
+        handle: &SourceHandle,
+        s: Segment,
+        partition: i32,
+        segs: &mut Segments,
+        stats: &KafkaSourceStats,
+    ) -> Result<(), String> {
+        segs.awaiting.insert(
+            s.token,
+            Awaiting {
+                partition,
+                next: s.next,
+                left: self.opts.passes,
+                unsent: false,
+            },
+        );
+        segs.order.entry(partition).or_default().push_back(s.token);
+        if !s.buf.is_empty() {
+            handle.data(s.token, s.buf).map_err(closed)?;
+        }
+        handle.finish(s.token).map_err(closed)?;
+        let name = s.label.to_string();
+        for _ in 1..self.opts.passes {
+            let copy = handle
+                .open(ChannelMeta::stream(name.clone()))
+                .map_err(closed)?;
+            segs.copy_of.insert(copy, s.token);
+            stats.repeats.fetch_add(1, Ordering::Relaxed);
+            handle.data_and_finish(copy, &s.whole).map_err(closed)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the sender's notices and commits, per partition, the offset
+    /// after the longest run of segments whose every copy was sent.
+    fn commit_sent(&self, segs: &mut Segments, stats: &KafkaSourceStats) -> Result<(), String> {
         let mut any = false;
         while let Ok(n) = self.notices.try_recv() {
-            if let Some(a) = awaiting.get_mut(&n.token) {
-                let sent = n.status == SentStatus::Sent;
-                if !sent {
+            let token = segs.copy_of.remove(&n.token).unwrap_or(n.token);
+            if let Some(a) = segs.awaiting.get_mut(&token) {
+                if n.status != SentStatus::Sent {
                     stats.unsent.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(partition = a.partition, status = %n.status, "Kafka segment not sent: the partition's offsets stay before it");
+                    a.unsent = true;
                 }
-                a.sent = Some(sent);
+                a.left = a.left.saturating_sub(1);
                 any = true;
             }
         }
@@ -314,13 +482,13 @@ impl KafkaSource {
             return Ok(());
         }
         let mut tpl = TopicPartitionList::new();
-        for (p, queue) in order.iter_mut() {
+        for (p, queue) in &mut segs.order {
             let mut to = None;
             while let Some(t) = queue.front() {
-                match awaiting.get(t).map(|a| (a.sent, a.next)) {
-                    Some((Some(true), next)) => {
-                        to = Some(next);
-                        awaiting.remove(t);
+                match segs.awaiting.get(t) {
+                    Some(a) if a.left == 0 && !a.unsent => {
+                        to = Some(a.next);
+                        segs.awaiting.remove(t);
                         queue.pop_front();
                     }
                     _ => break,
@@ -339,30 +507,6 @@ impl KafkaSource {
         }
         Ok(())
     }
-}
-
-/// Hands a segment's last bytes on and ends its channel.
-fn end_segment(
-    handle: &SourceHandle,
-    s: Segment,
-    partition: i32,
-    awaiting: &mut HashMap<u64, Awaiting>,
-    order: &mut HashMap<i32, VecDeque<u64>>,
-) -> Result<(), String> {
-    let closed = |_| "the sender pipeline has stopped".to_owned();
-    awaiting.insert(
-        s.token,
-        Awaiting {
-            partition,
-            next: s.next,
-            sent: None,
-        },
-    );
-    order.entry(partition).or_default().push_back(s.token);
-    if !s.buf.is_empty() {
-        handle.data(s.token, s.buf).map_err(closed)?;
-    }
-    handle.finish(s.token).map_err(closed)
 }
 
 /// Appends `m` to a segment's bytes (PROTOCOL.md § 5.7).

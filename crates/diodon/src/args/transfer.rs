@@ -39,6 +39,11 @@ pub struct SendArgs {
     /// a restart resumes. Default `diodon`.
     #[arg(long, value_name = "GROUP")]
     pub group: Option<String>,
+    /// With --kafka: times each segment of records goes to the link (the
+    /// carousel; the receiver skips records it already produced). Offsets
+    /// are committed once every copy was sent. Default 1.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub passes: Option<u32>,
     /// Serve Prometheus metrics over HTTP here (e.g. `127.0.0.1:9977`).
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,

@@ -103,7 +103,7 @@ pub struct FileConfig {
     pub sources: Option<Vec<PathBuf>>,
     /// `sync`: the state database.
     pub state: Option<PathBuf>,
-    /// `sync`: passes.
+    /// `sync`, and `send` with `kafka`: passes.
     pub passes: Option<u32>,
     /// `sync`: repeat share, percent.
     pub repeat_share: Option<u32>,
