@@ -664,8 +664,8 @@ fn mirror_line(m: &crate::mirror::MirrorCounters) -> String {
 /// The Kafka sink's line of the receiver's text summary.
 fn kafka_sink_line(k: &KafkaSinkCounters) -> String {
     format!(
-        "  kafka: {} records produced, {} acknowledged by the far brokers, {} not; {} skipped as produced before; {} gaps ({} source offsets never arrived); {} source offsets held no record\n",
-        k.produced, k.delivered, k.failed, k.duplicates, k.gaps, k.gap_records, k.no_record
+        "  kafka: {} records produced, {} acknowledged by the far brokers, {} not; {} skipped as produced before; {} gaps ({} source offsets never arrived); {} source offsets held no record; {} stalls with the hold full\n",
+        k.produced, k.delivered, k.failed, k.duplicates, k.gaps, k.gap_records, k.no_record, k.stalls
     )
 }
 

@@ -454,6 +454,7 @@ mod tests {
             &RecvOutput::Kafka(crate::kafka::KafkaSinkOptions {
                 brokers: "10.0.0.1:9092, far.example:9093,10.0.0.2:9092".into(),
                 topic_prefix: String::new(),
+                hold_bytes: crate::kafka::DEFAULT_HOLD_BYTES,
                 timeout: std::time::Duration::from_secs(1),
             }),
             &SandboxOptions::default(),

@@ -21,7 +21,7 @@
 //! ```
 
 use diodon_apps::gateway::{run_recv, run_send, RecvJob, RecvOutput, SendInput, SendJob};
-use diodon_apps::kafka::{KafkaSinkOptions, KafkaSourceOptions, SOURCE_HEADER};
+use diodon_apps::kafka::{KafkaSinkOptions, KafkaSourceOptions, DEFAULT_HOLD_BYTES, SOURCE_HEADER};
 use diodon_apps::{RecvOptions, SendOptions};
 use diodon_io::{netns, UdpConfig};
 use diodon_proto::{Rate, ReceiverConfig, SenderConfig};
@@ -85,6 +85,228 @@ fn a_transactional_topic_crosses_in_two_passes_without_a_false_gap() {
     }
 }
 
+#[test]
+fn the_far_broker_down_past_the_hold_loses_only_counted_offsets() {
+    if !require_kafka("the_far_broker_down_past_the_hold_loses_only_counted_offsets") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-hold-{}", std::process::id()));
+    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
+    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
+    let far = Arc::new(std::sync::Mutex::new(far));
+    let far_in = Arc::clone(&far);
+    let outcome = netns::spawn_in(ns.name(), move || run_past_hold(&near_at, &far_at, &far_in))
+        .expect("spawn a thread in the namespace")
+        .join();
+    let far_log = || far.lock().map(|b| b.log_tail()).unwrap_or_default();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- far broker log (tail):\n{}", far_log()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- far broker log (tail):\n{}", far_log());
+            std::panic::resume_unwind(panic)
+        }
+    }
+    drop(near);
+}
+
+/// Records of the bulk phase of [`run_past_hold`], 25 KB each.
+const BULK: u32 = 8_000;
+
+/// A receiver holding at most 1 MiB for the far brokers: 300 records
+/// flow, the far broker stops, 200 MB are carried while it is down (far
+/// more than the hold and the socket and queue buffers), it comes back
+/// 12 s later; once the receiver caught up, 30 more records follow. The sink must have said that it
+/// stalled, every far record must be the source's record at its offset,
+/// in order, once, and the source records missing on the far side must be
+/// exactly the offsets the sink counted as gaps.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run_past_hold(
+    near: &str,
+    far: &str,
+    far_broker: &std::sync::Mutex<KafkaBroker>,
+) -> Result<(), String> {
+    create_topics(near, &["src"])?;
+    create_topics(far, &["far-src"])?;
+    produce(near, 0, 300)?;
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receiver = start_receiver(far, (Duration::from_secs(60), 1 << 20), &recv_stop);
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let sender = start_sender(near, "diodon-hold", (1, 256 << 10), &send_stop);
+    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while far_count(far).unwrap_or(0) < n {
+            if Instant::now() > deadline {
+                return Err(format!("{secs} s and the far topic holds fewer than {n}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    };
+    wait_far(300, 60)?;
+    far_broker.lock().map_err(|_| "lock")?.stop();
+    let down = Instant::now();
+    produce_bulk(near, 300, BULK)?;
+    std::thread::sleep(Duration::from_secs(12).saturating_sub(down.elapsed()));
+    far_broker.lock().map_err(|_| "lock")?.start_again();
+    // The receiver catches up with what the link kept (the far topic is
+    // quiet for 10 s). Then a tail of 30 records shows the sink where
+    // every partition stands: once each partition's last record is on the
+    // far side, everything before it was produced or counted. (A tail the
+    // link lost whole would show nothing: no later record reveals it.)
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut last, mut since) = (usize::MAX, Instant::now());
+    while since.elapsed() < Duration::from_secs(10) {
+        let have = far_count(far).unwrap_or(0);
+        if have != last {
+            (last, since) = (have, Instant::now());
+        }
+        if Instant::now() > deadline {
+            return Err("the far topic did not settle within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let total = 300 + BULK + 30;
+    produce(near, 300 + BULK, total)?;
+    let deadline = Instant::now() + Duration::from_secs(150);
+    for p in 0..PARTITIONS {
+        let last = u64::try_from(count_in(total, p) - 1).expect("offset");
+        while far_last_source_offset(far, p)? != Some(last) {
+            if Instant::now() > deadline {
+                return Err(format!("150 s and far {p} lacks source offset {last}"));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let far_total = far_count(far)?;
+    send_stop.store(true, Ordering::Relaxed);
+    sender.join().map_err(|_| "sender panicked".to_string())??;
+    recv_stop.store(true, Ordering::Relaxed);
+    let got = receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())??;
+    let k = got
+        .kafka
+        .ok_or("the receiver's summary has no Kafka counters")?;
+    eprintln!("sink: {k:?}; {far_total} of {total} records on the far side");
+    let mut far_seen = 0;
+    for p in 0..PARTITIONS {
+        let src = read_records(near, "src", p, count_in(total, p))?;
+        let far_part = read_partition(far, "far-src", p)?;
+        let mut at = 0;
+        for (i, (fk, fv, fh)) in far_part.iter().enumerate() {
+            let mut fh = fh.clone();
+            let header = fh.pop().and_then(|(_, v)| v).unwrap_or_default();
+            let (_, offset) = diodon_apps::kafka::label::parse_source_header(&header)
+                .ok_or(format!("far {p}/{i}: no source header"))?;
+            // The source records are in offset order: find this one after
+            // the previous match (in order, once each).
+            while at < src.len() && src[at].0 < offset {
+                at += 1;
+            }
+            match src.get(at) {
+                Some((o, (k, v, h))) if *o == offset && (k, v, &fh) == (fk, fv, h) => at += 1,
+                _ => {
+                    return Err(format!(
+                        "far {p}/{i} (source offset {offset}) is no source record in order"
+                    ))
+                }
+            }
+        }
+        far_seen += far_part.len();
+    }
+    let missing = u64::try_from(total as usize - far_seen).expect("count");
+    if far_seen != far_total || k.failed != 0 || k.stalls == 0 || k.gaps == 0 {
+        return Err(format!(
+            "sink {k:?}: want a stall reported, gaps, no failure; far side read {far_seen} of {far_total}"
+        ));
+    }
+    if k.gap_records != missing {
+        return Err(format!(
+            "{missing} source records never reached the far side, the sink counted {} offsets in gaps",
+            k.gap_records
+        ));
+    }
+    Ok(())
+}
+
+/// The source offset (header) of the last record of `far-src`/`p`.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadline")]
+fn far_last_source_offset(bootstrap: &str, p: i32) -> Result<Option<u64>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "diodon-gw-check")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| format!("consumer: {e}"))?;
+    let Ok((_, high)) = c.fetch_watermarks("far-src", p, Duration::from_secs(10)) else {
+        return Ok(None);
+    };
+    if high == 0 {
+        return Ok(None);
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("far-src", p, Offset::Offset(high - 1))
+        .map_err(|e| e.to_string())?;
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(500)) {
+            let source = m.headers().and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == SOURCE_HEADER)
+                    .and_then(|h| h.value)
+                    .and_then(diodon_apps::kafka::label::parse_source_header)
+            });
+            return Ok(source.map(|(_, o)| o));
+        }
+    }
+    Ok(None)
+}
+
+/// Records `from..from + n` into `src` (partition `i % 3`), 25 KB each.
+fn produce_bulk(bootstrap: &str, from: u32, n: u32) -> Result<(), String> {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .create()
+        .map_err(|e| format!("producer: {e}"))?;
+    for i in from..from + n {
+        let value = vec![u8::try_from(i % 251).expect("byte"); 25_000];
+        let key = format!("k{i}");
+        let partition = i32::try_from(i).expect("i") % PARTITIONS;
+        let mut rec = BaseRecord::to("src")
+            .partition(partition)
+            .key(key.as_bytes())
+            .payload(&value)
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "n",
+                value: Some(key.as_bytes()),
+            }));
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    p.poll(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(60))
+        .map_err(|e| format!("flush: {e}"))
+}
+
+/// Records of `0..total` that `produce`/`produce_bulk` put in partition `p`.
+fn count_in(total: u32, p: i32) -> usize {
+    (0..total)
+        .filter(|i| i32::try_from(*i).expect("i") % PARTITIONS == p)
+        .count()
+}
+
 /// Visible records per partition of the transactional run.
 const TXN_RECORDS: usize = 300;
 
@@ -102,7 +324,11 @@ fn run_transactional(bootstrap: &str) -> Result<(), String> {
     produce_transactions(bootstrap)?;
     let total = TXN_RECORDS * usize::try_from(PARTITIONS).expect("partitions");
     let recv_stop = Arc::new(AtomicBool::new(false));
-    let receiver = start_receiver(bootstrap, Duration::from_secs(30), &recv_stop);
+    let receiver = start_receiver(
+        bootstrap,
+        (Duration::from_secs(30), DEFAULT_HOLD_BYTES),
+        &recv_stop,
+    );
     let send_stop = Arc::new(AtomicBool::new(false));
     let sender = start_sender(bootstrap, "diodon-txn", (2, 16 << 10), &send_stop);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -305,7 +531,11 @@ fn run(bootstrap: &str) -> Result<(), String> {
     produce(bootstrap, 0, 600)?;
 
     let recv_stop = Arc::new(AtomicBool::new(false));
-    let receiver = start_receiver(bootstrap, Duration::from_secs(30), &recv_stop);
+    let receiver = start_receiver(
+        bootstrap,
+        (Duration::from_secs(30), DEFAULT_HOLD_BYTES),
+        &recv_stop,
+    );
 
     for (run, total) in [(1, 600), (2, 900)] {
         if run == 2 {
@@ -386,7 +616,11 @@ fn run_far_down(
     create_topics(far, &["far-src"])?;
     produce(near, 0, 600)?;
     let recv_stop = Arc::new(AtomicBool::new(false));
-    let receiver = start_receiver(far, Duration::from_secs(60), &recv_stop);
+    let receiver = start_receiver(
+        far,
+        (Duration::from_secs(60), DEFAULT_HOLD_BYTES),
+        &recv_stop,
+    );
     let send_stop = Arc::new(AtomicBool::new(false));
     let sender = start_sender(near, "diodon-down", (1, 256 << 10), &send_stop);
     let wait_far = |n: usize, secs: u64| -> Result<(), String> {
@@ -467,7 +701,7 @@ type Summary<T> = std::thread::JoinHandle<Result<T, String>>;
 /// on a thread, until `stop`.
 fn start_receiver(
     brokers: &str,
-    timeout: Duration,
+    (timeout, hold_bytes): (Duration, usize),
     stop: &Arc<AtomicBool>,
 ) -> Summary<diodon_apps::report::RecvSummary> {
     let (brokers, stop) = (brokers.to_owned(), Arc::clone(stop));
@@ -478,6 +712,7 @@ fn start_receiver(
                 output: RecvOutput::Kafka(KafkaSinkOptions {
                     brokers,
                     topic_prefix: "far-".into(),
+                    hold_bytes,
                     timeout,
                 }),
                 metrics: None,

@@ -63,6 +63,7 @@ fn run(bootstrap: &str) -> Result<(), String> {
     let opts = KafkaSinkOptions {
         brokers: bootstrap.to_owned(),
         topic_prefix: PREFIX.to_owned(),
+        hold_bytes: diodon_apps::kafka::DEFAULT_HOLD_BYTES,
         timeout: Duration::from_secs(30),
     };
     let records = records(170);

@@ -49,7 +49,7 @@ pub enum Command {
     Send(SendArgs),
     /// Receive into a directory (`--out`), stdout (`--stdout`), a TCP or UDP
     /// destination, a TUN (`--tun`), or TAP interfaces or pcap files (the tap's packets).
-    Recv(RecvArgs),
+    Recv(Box<RecvArgs>),
     /// Keep directory trees mirrored across the diode (long-running; state
     /// in `SQLite`; carousel passes, deletions, outbox). `--status` reports.
     Sync(SyncArgs),

@@ -16,7 +16,7 @@ use crate::stop::on_signal;
 use anyhow::anyhow;
 use diodon_apps::files::FileSinkOptions;
 use diodon_apps::gateway::{open_recv, MetricsOptions, RecvJob, RecvOutput};
-use diodon_apps::kafka::KafkaSinkOptions;
+use diodon_apps::kafka::{KafkaSinkOptions, DEFAULT_HOLD_BYTES};
 use diodon_apps::link::rcvbuf_for;
 use diodon_apps::mirror::MirrorOptions;
 use diodon_apps::packet_sink::PacketOutput;
@@ -65,6 +65,10 @@ fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOu
             brokers,
             topic_prefix: pick(args.topic_prefix.as_ref(), file.topic_prefix.as_ref())
                 .unwrap_or_default(),
+            hold_bytes: pick(args.kafka_hold.as_ref(), file.kafka_hold.as_ref())
+                .map_or(DEFAULT_HOLD_BYTES, |mib| {
+                    usize::try_from(mib << 20).unwrap_or(usize::MAX)
+                }),
             timeout: Duration::from_secs(30),
         }));
     }

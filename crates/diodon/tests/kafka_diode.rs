@@ -213,15 +213,15 @@ fn a_topic_crosses_a_lossy_diode_exactly_once_and_a_restart_duplicates_nothing()
     // and the far brokers acknowledged them all; no offsets went missing.
     let sink = summary_numbers(&logs.path().join("recv.log"), "records produced");
     eprintln!(
-        "receiver: produced, acknowledged, failed, skipped, gaps, gap offsets, offsets without a record = {sink:?}"
+        "receiver: produced, acknowledged, failed, skipped, gaps, gap offsets, offsets without a record, stalls = {sink:?}"
     );
-    assert_eq!(sink.len(), 7, "{sink:?}");
+    assert_eq!(sink.len(), 8, "{sink:?}");
     assert_eq!(sink[0], u64::from(RECORDS), "records produced");
     assert_eq!(sink[1], u64::from(RECORDS), "records acknowledged");
     assert_eq!(
-        (sink[2], sink[4], sink[5], sink[6]),
-        (0, 0, 0, 0),
-        "failures and gaps"
+        (sink[2], sink[4], sink[5], sink[6], sink[7]),
+        (0, 0, 0, 0, 0),
+        "failures, gaps, offsets without a record, stalls"
     );
     let source = summary_numbers(&logs.path().join("send2.log"), "offset commits");
     eprintln!("restarted sender: records, bytes, segments, commits, unsent, repeats = {source:?}");

@@ -28,5 +28,7 @@ pub mod sink;
 pub mod source;
 
 pub use label::{ChannelLabel, SOURCE_HEADER};
-pub use sink::{KafkaSink, KafkaSinkCounters, KafkaSinkOptions, KafkaSinkStats};
+pub use sink::{
+    KafkaSink, KafkaSinkCounters, KafkaSinkOptions, KafkaSinkStats, DEFAULT_HOLD_BYTES,
+};
 pub use source::{KafkaSource, KafkaSourceCounters, KafkaSourceOptions, KafkaSourceStats};

@@ -64,6 +64,7 @@ diodon_counters::counters! {
         gap_records: counter Count "gap_offsets" "Source offsets inside those jumps.",
         failed: counter Count "delivery_failures" "Records the far broker did not acknowledge.",
         no_record: counter Count "offsets_without_record" "Source offsets that held no record (a compacted topic, transaction markers): passed over, not gaps.",
+        stalls: counter Count "hold_stalls" "Times the records held for the far brokers stayed at their bound (hold_bytes) for 5 s: the receiver stopped reading the link meanwhile.",
     }
 }
 
@@ -87,6 +88,8 @@ pub struct KafkaSinkStats {
     pub failed: AtomicU64,
     /// Source offsets without a record.
     pub no_record: AtomicU64,
+    /// Stalls at the hold bound.
+    pub stalls: AtomicU64,
 }
 
 impl KafkaSinkStats {
@@ -101,9 +104,13 @@ impl KafkaSinkStats {
             gap_records: self.gap_records.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             no_record: self.no_record.load(Ordering::Relaxed),
+            stalls: self.stalls.load(Ordering::Relaxed),
         }
     }
 }
+
+/// The default of [`KafkaSinkOptions::hold_bytes`]: 256 MiB.
+pub const DEFAULT_HOLD_BYTES: usize = 256 << 20;
 
 /// How to run the Kafka sink.
 #[derive(Debug, Clone)]
@@ -112,6 +119,11 @@ pub struct KafkaSinkOptions {
     pub brokers: String,
     /// Put in front of every source topic's name.
     pub topic_prefix: String,
+    /// Bytes of records held in memory until the far brokers acknowledge
+    /// them, at most (the producer's queue). At the bound the sink waits,
+    /// so the receiver stops reading the link; what the link then loses
+    /// is counted as gaps.
+    pub hold_bytes: usize,
     /// How long to wait for a broker's answer (metadata, the last record
     /// of a partition, the flush at a channel's end).
     pub timeout: Duration,
@@ -214,6 +226,11 @@ impl KafkaSink {
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             .set("message.timeout.ms", "0")
+            .set(
+                "queue.buffering.max.kbytes",
+                (opts.hold_bytes / 1024).clamp(1, 2_097_151).to_string(),
+            )
+            .set("queue.buffering.max.messages", "2000000")
             .set("allow.auto.create.topics", "false")
             .create_with_context(Delivery {
                 stats: Arc::clone(&stats),
@@ -382,7 +399,7 @@ impl KafkaSink {
                 }
             }
             *next = Some(offset + 1);
-            if let Err(e) = produce(&self.producer, &open.target, &record) {
+            if let Err(e) = self.produce(&open.target, &record) {
                 break Err(e);
             }
             let len = record.key.map_or(0, <[u8]>::len) + record.value.map_or(0, <[u8]>::len);
@@ -512,7 +529,7 @@ impl KafkaSink {
         }
         let target = open.target.clone();
         self.advance(&target);
-        let flushed = self.producer.flush(self.opts.timeout);
+        let flushed = self.flush_held();
         let failed = self.stats.failed.load(Ordering::Relaxed) - open.failed_before;
         let verdict = if !open.pending.is_empty() {
             Verdict::Failed {
@@ -567,12 +584,104 @@ fn interrupted(reason: &FailReason) -> bool {
     )
 }
 
-/// Hands one record to the producer, waiting while its queue is full.
-fn produce(
-    producer: &BaseProducer<Delivery>,
-    target: &(String, i32),
-    record: &KafkaRecord<'_>,
-) -> Result<(), String> {
+/// How long the hold may stay full before the sink says so.
+const STALL_WARNING: Duration = Duration::from_secs(5);
+
+impl KafkaSink {
+    /// Hands one record to the producer, waiting while the hold is full;
+    /// a wait of [`STALL_WARNING`] or more is counted and reported once.
+    #[expect(clippy::disallowed_methods, reason = "how long the hold stays full")]
+    fn produce(&self, target: &(String, i32), record: &KafkaRecord<'_>) -> Result<(), String> {
+        let mut out = Some(outgoing(target, record));
+        let mut full_since = None;
+        let mut warned = false;
+        while let Some(rec) = out.take() {
+            match self.producer.send(rec) {
+                Ok(()) => {}
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    out = Some(back);
+                    let since = *full_since.get_or_insert_with(std::time::Instant::now);
+                    if !warned && since.elapsed() >= STALL_WARNING {
+                        warned = true;
+                        self.report_stall();
+                    }
+                    self.producer.poll(Duration::from_millis(50));
+                }
+                Err((e, _)) => {
+                    return Err(format!(
+                        "producing source offset {} into {}/{}: {e}",
+                        record.source_offset, target.0, target.1
+                    ))
+                }
+            }
+        }
+        if let (true, Some(since)) = (warned, full_since) {
+            self.report_resumed(since.elapsed());
+        }
+        Ok(())
+    }
+
+    /// Waits until the far brokers acknowledged every record held, up to
+    /// the timeout; a wait of [`STALL_WARNING`] or more is counted and
+    /// reported once, as a full hold is. (The client's own `flush` waits
+    /// in steps of 100 ms, which would cap the sink at ten channels a
+    /// second; this polls in steps of 2 ms.)
+    #[expect(clippy::disallowed_methods, reason = "how long the flush waits")]
+    fn flush_held(&self) -> Result<(), KafkaError> {
+        let start = std::time::Instant::now();
+        let mut warned = false;
+        // Sends what lingers now, without waiting.
+        let _ = self.producer.flush(Duration::ZERO);
+        loop {
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == 0 {
+                if warned {
+                    self.report_resumed(start.elapsed());
+                }
+                return Ok(());
+            }
+            if start.elapsed() >= self.opts.timeout {
+                return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+            }
+            if !warned && start.elapsed() >= STALL_WARNING {
+                warned = true;
+                self.report_stall();
+            }
+            self.producer.poll(Duration::from_millis(2));
+        }
+    }
+
+    /// Counts and reports that the far brokers took nothing for
+    /// [`STALL_WARNING`] while records were held.
+    fn report_stall(&self) {
+        self.stats.stalls.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            brokers = self.opts.brokers,
+            held = self.producer.in_flight_count(),
+            "the far Kafka brokers {} have acknowledged nothing for {} s while records wait (hold {} MiB): \
+             the receiver stops reading the link until they do; what the link loses meanwhile is counted as gaps",
+            self.opts.brokers,
+            STALL_WARNING.as_secs(),
+            self.opts.hold_bytes >> 20
+        );
+    }
+
+    /// Reports the end of a stall.
+    fn report_resumed(&self, after: Duration) {
+        tracing::info!(
+            brokers = self.opts.brokers,
+            "the far Kafka brokers take records again after {:.0} s",
+            after.as_secs_f64()
+        );
+    }
+}
+
+/// The far record of `record`: its key, value, timestamp and headers, the
+/// source header last, for `target`.
+fn outgoing<'a>(
+    target: &'a (String, i32),
+    record: &'a KafkaRecord<'a>,
+) -> BaseRecord<'a, [u8], [u8]> {
     let source = source_header(target.1, record.source_offset);
     let headers = record
         .headers
@@ -601,21 +710,7 @@ fn produce(
         }
         RecordTimestamp::NotAvailable => {}
     }
-    loop {
-        match producer.send(out) {
-            Ok(()) => return Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                out = back;
-                producer.poll(Duration::from_millis(50));
-            }
-            Err((e, _)) => {
-                return Err(format!(
-                    "producing source offset {} into {}/{}: {e}",
-                    record.source_offset, target.0, target.1
-                ))
-            }
-        }
-    }
+    out
 }
 
 impl Sink for KafkaSink {

@@ -177,6 +177,11 @@ pub struct RecvArgs {
     /// With --kafka: put this in front of every topic's name.
     #[arg(long, value_name = "PREFIX")]
     pub topic_prefix: Option<String>,
+    /// With --kafka: records held in memory until the far brokers
+    /// acknowledge them, at most (MiB). At the bound the receiver stops
+    /// reading the link; what it then loses is counted as gaps. Default 256.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=2047))]
+    pub kafka_hold: Option<u64>,
     /// The tap's packets: each agent's frames to TAP interface PREFIX<agent>.
     #[arg(long, value_name = "PREFIX")]
     pub tap_out: Option<String>,

@@ -35,6 +35,8 @@ pub struct FileConfig {
     pub group: Option<String>,
     /// `topic-prefix` (recv with `kafka`).
     pub topic_prefix: Option<String>,
+    /// `kafka-hold` (recv with `kafka`), MiB.
+    pub kafka_hold: Option<u64>,
     /// `metrics` (both).
     pub metrics: Option<SocketAddr>,
     pub(crate) out: Option<PathBuf>,
