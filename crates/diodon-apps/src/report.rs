@@ -241,8 +241,8 @@ impl SendSummary {
         if let Some(k) = &self.kafka {
             let _ = writeln!(
                 s,
-                "  kafka: {} records ({} bytes framed) in {} segments; {} offset commits; {} segments not sent (their offsets stay uncommitted); {} repeated copies",
-                k.records, k.bytes, k.segments, k.committed, k.unsent, k.repeats
+                "  kafka: {} records ({} bytes framed) in {} segments; {} offset commits; {} segments not sent (their offsets stay uncommitted); {} repeated copies; {} commits refused; {} consumer errors",
+                k.records, k.bytes, k.segments, k.committed, k.unsent, k.repeats, k.commit_failures, k.consume_errors
             );
         }
         if let Some(u) = &self.udp_source {

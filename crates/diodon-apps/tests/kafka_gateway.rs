@@ -112,6 +112,104 @@ fn the_far_broker_down_past_the_hold_loses_only_counted_offsets() {
     drop(near);
 }
 
+#[test]
+fn the_near_broker_restarting_mid_stream_stops_nothing() {
+    if !require_kafka("the_near_broker_restarting_mid_stream_stops_nothing") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-near-{}", std::process::id()));
+    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
+    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
+    let near = Arc::new(std::sync::Mutex::new(near));
+    let near_in = Arc::clone(&near);
+    let outcome = netns::spawn_in(ns.name(), move || {
+        run_near_restart(&near_at, &far_at, &near_in)
+    })
+    .expect("spawn a thread in the namespace")
+    .join();
+    let near_log = || near.lock().map(|b| b.log_tail()).unwrap_or_default();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- near broker log (tail):\n{}", near_log()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- near broker log (tail):\n{}", near_log());
+            std::panic::resume_unwind(panic)
+        }
+    }
+    drop(far);
+}
+
+/// 600 records flow, the near (source) broker stops for 5 s and comes
+/// back, 600 more are produced: the sender must go on (its consumer
+/// reconnects; refused commits are covered by later ones), and the far
+/// topic must hold all 1,200 once each, in order.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run_near_restart(
+    near: &str,
+    far: &str,
+    near_broker: &std::sync::Mutex<KafkaBroker>,
+) -> Result<(), String> {
+    create_topics(near, &["src"])?;
+    create_topics(far, &["far-src"])?;
+    produce(near, 0, 600)?;
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receiver = start_receiver(
+        far,
+        (Duration::from_secs(60), DEFAULT_HOLD_BYTES),
+        &recv_stop,
+    );
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let sender = start_sender(near, "diodon-near", (1, 256 << 10), &send_stop);
+    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while far_count(far).unwrap_or(0) < n {
+            if Instant::now() > deadline {
+                return Err(format!("{secs} s and the far topic holds fewer than {n}"));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    };
+    wait_far(600, 60)?;
+    near_broker.lock().map_err(|_| "lock")?.stop();
+    std::thread::sleep(Duration::from_secs(5));
+    near_broker.lock().map_err(|_| "lock")?.start_again();
+    if sender.is_finished() {
+        let s = sender.join().map_err(|_| "sender panicked".to_string())?;
+        return Err(format!(
+            "the sender ended while the near broker was away: {s:?}"
+        ));
+    }
+    produce(near, 600, 1_200)?;
+    wait_far(1_200, 120)?;
+    send_stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
+    recv_stop.store(true, Ordering::Relaxed);
+    let got = receiver
+        .join()
+        .map_err(|_| "receiver panicked".to_string())??;
+    let source = sent
+        .kafka
+        .ok_or("the sender's summary has no Kafka counters")?;
+    let k = got
+        .kafka
+        .ok_or("the receiver's summary has no Kafka counters")?;
+    eprintln!("source: {source:?}\nsink: {k:?}");
+    if source.consume_errors == 0 {
+        return Err(format!(
+            "the consumer reported no error while its broker was away: {source:?}"
+        ));
+    }
+    if (k.produced, k.failed, k.gaps) != (1_200, 0, 0) {
+        return Err(format!(
+            "sink counters {k:?}: want 1,200 produced, no failure, no gap"
+        ));
+    }
+    compare(near, far)
+}
+
 /// Records of the bulk phase of [`run_past_hold`], 25 KB each.
 const BULK: u32 = 8_000;
 

@@ -63,6 +63,8 @@ diodon_counters::counters! {
         committed: counter Count "commits" "Offset commits after segments were handed to the link.",
         unsent: counter Count "unsent_segments" "Segment copies the sender aborted or refused: their offsets stay uncommitted.",
         repeats: counter Count "repeated_segments" "Further copies of segments (passes after the first).",
+        commit_failures: counter Count "commit_failures" "Offset commits the brokers refused (a rebalance, a broker away): the next commit covers them.",
+        consume_errors: counter Count "consume_errors" "Errors the consumer reported (a broker away); it reconnects by itself.",
     }
 }
 
@@ -81,6 +83,10 @@ pub struct KafkaSourceStats {
     pub unsent: AtomicU64,
     /// Copies after the first pass.
     pub repeats: AtomicU64,
+    /// Commits refused.
+    pub commit_failures: AtomicU64,
+    /// Consumer errors.
+    pub consume_errors: AtomicU64,
 }
 
 impl KafkaSourceStats {
@@ -93,6 +99,8 @@ impl KafkaSourceStats {
             committed: self.committed.load(Ordering::Relaxed),
             unsent: self.unsent.load(Ordering::Relaxed),
             repeats: self.repeats.load(Ordering::Relaxed),
+            commit_failures: self.commit_failures.load(Ordering::Relaxed),
+            consume_errors: self.consume_errors.load(Ordering::Relaxed),
         }
     }
 }
@@ -286,11 +294,28 @@ impl KafkaSource {
         stats: &KafkaSourceStats,
     ) -> Result<(), String> {
         let mut segs = Segments::default();
+        let mut last_warning: Option<Instant> = None;
         while !stop.load(Ordering::Relaxed) {
-            if let Some(polled) = self.consumer.poll(Duration::from_millis(20)) {
-                let m = polled.map_err(|e| format!("consuming {}: {e}", self.opts.topic))?;
-                self.forget_revoked(&mut segs);
-                self.add(&m, handle, &mut segs, stats)?;
+            match self.consumer.poll(Duration::from_millis(20)) {
+                Some(Ok(m)) => {
+                    self.forget_revoked(&mut segs);
+                    self.add(&m, handle, &mut segs, stats)?;
+                }
+                // The client reconnects by itself (a broker restarting, a
+                // partition's leader moving): said at most every 10 s.
+                Some(Err(e)) => {
+                    stats.consume_errors.fetch_add(1, Ordering::Relaxed);
+                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        last_warning = Some(Instant::now());
+                        tracing::warn!(
+                            topic = self.opts.topic,
+                            "consuming {} from the Kafka brokers {}: {e}; trying on",
+                            self.opts.topic,
+                            self.opts.brokers
+                        );
+                    }
+                }
+                None => {}
             }
             // Segments that are full or old end.
             let now = Instant::now();
@@ -500,10 +525,23 @@ impl KafkaSource {
             }
         }
         if tpl.count() > 0 {
-            self.consumer
-                .commit(&tpl, CommitMode::Sync)
-                .map_err(|e| format!("committing offsets of {}: {e}", self.opts.topic))?;
-            stats.committed.fetch_add(1, Ordering::Relaxed);
+            // A refused commit (the group rebalancing, a broker away) is
+            // not fatal: the next one of the partition covers it, and
+            // until then a restart sends those records again (the
+            // receiver skips them).
+            match self.consumer.commit(&tpl, CommitMode::Sync) {
+                Ok(()) => {
+                    stats.committed.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    stats.commit_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        topic = self.opts.topic,
+                        "the Kafka brokers refused an offset commit of {} ({e}); the next commit covers it",
+                        self.opts.topic
+                    );
+                }
+            }
         }
         Ok(())
     }
