@@ -12,8 +12,11 @@
 //! transactions (each commit marker, and an aborted transaction, leave
 //! offsets without a record) in two passes: no gap may be counted, every
 //! offset without a record is counted as such, every second copy is
-//! skipped. Needs root and namespaces; skips
-//! without them, fails under `CI=true`. (The lossy diode with two brokers
+//! skipped. Others stop the far broker past the sink's hold (a stall said,
+//! exactly the lost offsets counted as gaps), stop the near broker for 5 s
+//! (the sender goes on), and run two senders of one group over two links
+//! (the partitions split and handed over, no record twice). Needs root and
+//! namespaces; skips without them, fails under `CI=true`. (The lossy diode with two brokers
 //! is the binary's test.)
 //!
 //! ```text
@@ -208,6 +211,115 @@ fn run_near_restart(
         ));
     }
     compare(near, far)
+}
+
+#[test]
+fn two_senders_in_one_group_split_the_partitions_over_two_links() {
+    if !require_kafka("two_senders_in_one_group_split_the_partitions_over_two_links") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-two-{}", std::process::id()));
+    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let bootstrap = broker.bootstrap().to_string();
+    let outcome = netns::spawn_in(ns.name(), move || run_two_links(&bootstrap))
+        .expect("spawn a thread in the namespace")
+        .join();
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Sender A carries `src` alone over link A; sender B joins its group
+/// over link B mid-stream, and records keep coming for 10 s. Segments
+/// last 3 s, so A holds open segments when the group rebalances. The
+/// group splits the partitions; A hands over what it gives up (its
+/// segments of those partitions ended, sent and committed before B
+/// starts), so neither
+/// receiver skips a record, both senders carry records, and the far topic
+/// holds every record once, in order.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
+fn run_two_links(bootstrap: &str) -> Result<(), String> {
+    create_topics(bootstrap, &["src", "far-src"])?;
+    produce(bootstrap, 0, 600)?;
+    let hold = (Duration::from_secs(30), DEFAULT_HOLD_BYTES);
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receivers = [
+        start_receiver_on(PORT + 2, bootstrap, hold, &recv_stop),
+        start_receiver_on(PORT + 3, bootstrap, hold, &recv_stop),
+    ];
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let a = start_sender_to(
+        PORT + 2,
+        bootstrap,
+        "diodon-two",
+        (1, 1 << 20, 3_000),
+        &send_stop,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while far_count(bootstrap)? < 200 {
+        if Instant::now() > deadline {
+            return Err("60 s and sender A carried fewer than 200 records".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b = start_sender_to(
+        PORT + 3,
+        bootstrap,
+        "diodon-two",
+        (1, 1 << 20, 3_000),
+        &send_stop,
+    );
+    // A live topic: 1,200 more records over 10 s, while the group rebalances.
+    for batch in 0..10 {
+        produce(bootstrap, 600 + batch * 120, 600 + (batch + 1) * 120)?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let total = 1_800;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while far_count(bootstrap)? < total {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "60 s and the far topic holds {} of {total}",
+                far_count(bootstrap)?
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    send_stop.store(true, Ordering::Relaxed);
+    let mut carried = Vec::new();
+    for s in [a, b] {
+        let s = s.join().map_err(|_| "sender panicked".to_string())??;
+        carried.push(s.kafka.ok_or("a sender's summary has no Kafka counters")?);
+    }
+    recv_stop.store(true, Ordering::Relaxed);
+    let mut sinks = Vec::new();
+    for r in receivers {
+        let r = r.join().map_err(|_| "receiver panicked".to_string())??;
+        sinks.push(
+            r.kafka
+                .ok_or("a receiver's summary has no Kafka counters")?,
+        );
+    }
+    eprintln!("senders: {carried:?}\nreceivers: {sinks:?}");
+    if carried.iter().any(|c| c.records == 0) {
+        return Err(format!("a sender carried nothing: {carried:?}"));
+    }
+    let produced: u64 = sinks.iter().map(|k| k.produced).sum();
+    let skipped: u64 = sinks.iter().map(|k| k.duplicates).sum();
+    if produced != total as u64 || skipped != 0 || sinks.iter().any(|k| k.failed != 0) {
+        return Err(format!(
+            "receivers {sinks:?}: want {total} records produced between them, none skipped \
+             (a clean hand-over sends nothing twice), no failure"
+        ));
+    }
+    compare(bootstrap, bootstrap)
 }
 
 /// Records of the bulk phase of [`run_past_hold`], 25 KB each.
@@ -802,11 +914,21 @@ fn start_receiver(
     (timeout, hold_bytes): (Duration, usize),
     stop: &Arc<AtomicBool>,
 ) -> Summary<diodon_apps::report::RecvSummary> {
+    start_receiver_on(PORT, brokers, (timeout, hold_bytes), stop)
+}
+
+/// [`start_receiver`] listening on `port`.
+fn start_receiver_on(
+    port: u16,
+    brokers: &str,
+    (timeout, hold_bytes): (Duration, usize),
+    stop: &Arc<AtomicBool>,
+) -> Summary<diodon_apps::report::RecvSummary> {
     let (brokers, stop) = (brokers.to_owned(), Arc::clone(stop));
     std::thread::spawn(move || {
         run_recv(
             RecvJob {
-                opts: recv_options(),
+                opts: recv_options(port),
                 output: RecvOutput::Kafka(KafkaSinkOptions {
                     brokers,
                     topic_prefix: "far-".into(),
@@ -830,17 +952,29 @@ fn start_sender(
     (passes, segment_bytes): (u32, usize),
     stop: &Arc<AtomicBool>,
 ) -> Summary<diodon_apps::report::SendSummary> {
+    start_sender_to(PORT, brokers, group, (passes, segment_bytes, 300), stop)
+}
+
+/// [`start_sender`] sending to the receiver on `port`, segments ending at
+/// `segment_ms` of age.
+fn start_sender_to(
+    port: u16,
+    brokers: &str,
+    group: &str,
+    (passes, segment_bytes, segment_ms): (u32, usize, u64),
+    stop: &Arc<AtomicBool>,
+) -> Summary<diodon_apps::report::SendSummary> {
     let (brokers, group, stop) = (brokers.to_owned(), group.to_owned(), Arc::clone(stop));
     std::thread::spawn(move || {
         run_send(
             SendJob {
-                opts: send_options(),
+                opts: send_options(port),
                 input: SendInput::Kafka(KafkaSourceOptions {
                     brokers,
                     topic: "src".into(),
                     group,
                     segment_bytes,
-                    segment_age: Duration::from_millis(300),
+                    segment_age: Duration::from_millis(segment_ms),
                     passes,
                     timeout: Duration::from_secs(30),
                 }),
@@ -853,13 +987,13 @@ fn start_sender(
     })
 }
 
-fn send_options() -> SendOptions {
+fn send_options(port: u16) -> SendOptions {
     SendOptions {
         config: SenderConfig {
             rate: Rate::bits_per_sec(400_000_000),
             ..SenderConfig::default()
         },
-        dest: format!("127.0.0.1:{PORT}").parse().expect("address"),
+        dest: format!("127.0.0.1:{port}").parse().expect("address"),
         udp: UdpConfig::new("127.0.0.1:0".parse().expect("address")),
         queue_chunks: 32,
         linger: Duration::from_millis(300),
@@ -868,8 +1002,8 @@ fn send_options() -> SendOptions {
     }
 }
 
-fn recv_options() -> RecvOptions {
-    let mut udp = UdpConfig::new(format!("127.0.0.1:{PORT}").parse().expect("address"));
+fn recv_options(port: u16) -> RecvOptions {
+    let mut udp = UdpConfig::new(format!("127.0.0.1:{port}").parse().expect("address"));
     udp.rcvbuf = Some(16 << 20);
     RecvOptions {
         config: ReceiverConfig::default(),

@@ -28,6 +28,13 @@
 //! duplicate). A segment the core aborted or refused is never committed
 //! past; the partition resumes before it at the next start.
 //!
+//! **Several senders, one group.** Senders in one consumer group share
+//! the partitions, each over its own link. When a rebalance takes
+//! partitions away, the consumer's context hands them over before the
+//! new owner starts: their open segments end, every copy is sent (up to
+//! the timeout) and their offsets are committed, so the next owner starts
+//! exactly where this one stopped and no record crosses two links.
+//!
 //! **`FROM`.** Each segment names the offset the consumer read the
 //! partition on from without a break: the end of the partition's previous
 //! segment, or, for the first segment after an assignment, the group's
@@ -147,23 +154,35 @@ struct Awaiting {
     unsent: bool,
 }
 
-/// The consumer's context: notes the partitions a rebalance took away, so
-/// their next segment asks where consumption resumed.
-#[derive(Default)]
+/// The consumer's context: the source's whole state, so that a
+/// rebalance can hand over what it takes away (the callback runs inside
+/// `poll` on the serving thread; the lock is never held across `poll`).
 struct Assignments {
-    revoked: Mutex<Vec<i32>>,
+    opts: KafkaSourceOptions,
+    run: Mutex<Running>,
 }
 
 impl ClientContext for Assignments {}
 
 impl ConsumerContext for Assignments {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            if let Ok(mut revoked) = self.revoked.lock() {
-                revoked.extend(
-                    tpl.elements()
-                        .iter()
-                        .map(rdkafka::topic_partition_list::TopicPartitionListElem::partition),
+    /// Partitions a rebalance takes away are handed over clean: their open
+    /// segments end, and once every copy was sent (up to the timeout)
+    /// their offsets are committed, so the member that gets them next
+    /// starts where this one stopped (nothing sent twice over two links).
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let partitions: Vec<i32> = tpl
+            .elements()
+            .iter()
+            .map(rdkafka::topic_partition_list::TopicPartitionListElem::partition)
+            .collect();
+        if let Ok(mut run) = self.run.lock() {
+            if let Err(e) = run.hand_over(consumer, &self.opts, &partitions) {
+                tracing::warn!(
+                    topic = self.opts.topic,
+                    "Kafka source: handing partitions over: {e}"
                 );
             }
         }
@@ -185,14 +204,21 @@ struct Segments {
     position: HashMap<i32, i64>,
 }
 
+/// What the serving source works with: its segments, the sender's
+/// notices, and (while serving) the sender's queue and the counters.
+struct Running {
+    segs: Segments,
+    notices: Receiver<SentNotice>,
+    handle: Option<SourceHandle>,
+    stats: Arc<KafkaSourceStats>,
+}
+
 /// The Kafka source (module doc). Give the hook of [`sent_channel`] to the
 /// sender, create the source with [`KafkaSource::connect`] (inside the
 /// namespace that reaches the brokers) and its receiving end, then
 /// [`KafkaSource::serve`].
 pub struct KafkaSource {
-    opts: KafkaSourceOptions,
     consumer: BaseConsumer<Assignments>,
-    notices: Receiver<SentNotice>,
 }
 
 /// The hook for `SendOptions::on_sent` and the receiving end a
@@ -211,9 +237,10 @@ pub fn sent_channel() -> (SentHook, Receiver<SentNotice>) {
 
 impl std::fmt::Debug for KafkaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opts = &self.consumer.context().opts;
         f.debug_struct("KafkaSource")
-            .field("brokers", &self.opts.brokers)
-            .field("topic", &self.opts.topic)
+            .field("brokers", &opts.brokers)
+            .field("topic", &opts.topic)
             .finish_non_exhaustive()
     }
 }
@@ -236,7 +263,8 @@ impl KafkaSource {
         if opts.passes == 0 {
             return Err("Kafka source: passes must be at least 1".into());
         }
-        let consumer: BaseConsumer<Assignments> = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &opts.brokers)
             .set("group.id", &opts.group)
             .set("enable.auto.commit", "false")
@@ -248,9 +276,20 @@ impl KafkaSource {
             // A sender that died leaves the group after 10 s (Kafka's
             // default is 45 s), so a restarted one resumes that soon.
             .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "3000")
-            .create_with_context(Assignments::default())
-            .map_err(|e| format!("Kafka consumer for {}: {e}", opts.brokers))?;
+            .set("heartbeat.interval.ms", "3000");
+        let brokers = opts.brokers.clone();
+        let consumer: BaseConsumer<Assignments> = config
+            .create_with_context(Assignments {
+                opts,
+                run: Mutex::new(Running {
+                    segs: Segments::default(),
+                    notices,
+                    handle: None,
+                    stats: Arc::default(),
+                }),
+            })
+            .map_err(|e| format!("Kafka consumer for {brokers}: {e}"))?;
+        let opts = &consumer.context().opts;
         let meta = consumer
             .fetch_metadata(Some(&opts.topic), opts.timeout)
             .map_err(|e| {
@@ -273,16 +312,21 @@ impl KafkaSource {
         consumer
             .subscribe(&[&opts.topic])
             .map_err(|e| format!("subscribing to {}: {e}", opts.topic))?;
-        Ok(KafkaSource {
-            opts,
-            consumer,
-            notices,
-        })
+        Ok(KafkaSource { consumer })
+    }
+
+    /// The state, locked (never across `poll`: a rebalance locks it).
+    fn running(&self) -> Result<std::sync::MutexGuard<'_, Running>, String> {
+        self.consumer
+            .context()
+            .run
+            .lock()
+            .map_err(|_| "the Kafka source's state is poisoned".to_owned())
     }
 
     /// Consumes until `stop`, then ends every segment, waits (up to the
-    /// timeout) until they were sent and commits. An `Err` is a consumer
-    /// error or a closed sender pipeline.
+    /// timeout) until they were sent and commits. An `Err` is a closed
+    /// sender pipeline; consumer errors are said and outlived.
     #[expect(
         clippy::disallowed_methods,
         reason = "segment ages and the end's deadline"
@@ -291,107 +335,99 @@ impl KafkaSource {
         &self,
         handle: &SourceHandle,
         stop: &AtomicBool,
-        stats: &KafkaSourceStats,
+        stats: &Arc<KafkaSourceStats>,
     ) -> Result<(), String> {
-        let mut segs = Segments::default();
+        let opts = &self.consumer.context().opts;
+        {
+            let mut run = self.running()?;
+            run.handle = Some(handle.clone());
+            run.stats = Arc::clone(stats);
+        }
         let mut last_warning: Option<Instant> = None;
-        while !stop.load(Ordering::Relaxed) {
-            match self.consumer.poll(Duration::from_millis(20)) {
-                Some(Ok(m)) => {
-                    self.forget_revoked(&mut segs);
-                    self.add(&m, handle, &mut segs, stats)?;
-                }
-                // The client reconnects by itself (a broker restarting, a
-                // partition's leader moving): said at most every 10 s.
-                Some(Err(e)) => {
-                    stats.consume_errors.fetch_add(1, Ordering::Relaxed);
-                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                        last_warning = Some(Instant::now());
-                        tracing::warn!(
-                            topic = self.opts.topic,
-                            "consuming {} from the Kafka brokers {}: {e}; trying on",
-                            self.opts.topic,
-                            self.opts.brokers
-                        );
+        let served = (|| {
+            while !stop.load(Ordering::Relaxed) {
+                let polled = self.consumer.poll(Duration::from_millis(20));
+                let mut run = self.running()?;
+                match polled {
+                    Some(Ok(m)) => run.add(&self.consumer, opts, &m)?,
+                    // The client reconnects by itself (a broker restarting,
+                    // a partition's leader moving): said at most every 10 s.
+                    Some(Err(e)) => {
+                        stats.consume_errors.fetch_add(1, Ordering::Relaxed);
+                        if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                            last_warning = Some(Instant::now());
+                            tracing::warn!(
+                                topic = opts.topic,
+                                "consuming {} from the Kafka brokers {}: {e}; trying on",
+                                opts.topic,
+                                opts.brokers
+                            );
+                        }
                     }
+                    None => {}
                 }
-                None => {}
+                run.end_due(opts)?;
+                run.commit_sent(&self.consumer, opts)?;
             }
-            // Segments that are full or old end.
-            let now = Instant::now();
-            let ended: Vec<i32> = segs
-                .open
-                .iter()
-                .filter(|(_, s)| {
-                    s.framed >= self.opts.segment_bytes
-                        || now.duration_since(s.opened) >= self.opts.segment_age
-                })
-                .map(|(p, _)| *p)
-                .collect();
-            for p in ended {
-                if let Some(s) = segs.open.remove(&p) {
-                    self.end_segment(handle, s, p, &mut segs, stats)?;
-                }
+            let mut run = self.running()?;
+            let all: Vec<i32> = run.segs.open.keys().copied().collect();
+            run.end_partitions(opts, &all)?;
+            let deadline = Instant::now() + opts.timeout;
+            while !run.segs.awaiting.is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                run.commit_sent(&self.consumer, opts)?;
             }
-            self.commit_sent(&mut segs, stats)?;
+            if !run.segs.awaiting.is_empty() {
+                tracing::warn!(
+                    segments = run.segs.awaiting.len(),
+                    "Kafka source: segments not yet sent at the end; their offsets stay uncommitted"
+                );
+            }
+            Ok(())
+        })();
+        // The sender's pipeline ends only once every handle is dropped.
+        if let Ok(mut run) = self.consumer.context().run.lock() {
+            run.handle = None;
         }
-        let last: Vec<(i32, Segment)> = segs.open.drain().collect();
-        for (p, s) in last {
-            self.end_segment(handle, s, p, &mut segs, stats)?;
-        }
-        let deadline = Instant::now() + self.opts.timeout;
-        while !segs.awaiting.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-            self.commit_sent(&mut segs, stats)?;
-        }
-        if !segs.awaiting.is_empty() {
-            tracing::warn!(
-                segments = segs.awaiting.len(),
-                "Kafka source: segments not yet sent at the end; their offsets stay uncommitted"
-            );
-        }
-        Ok(())
+        served
     }
+}
 
-    /// Partitions a rebalance took away resume, when they come back, where
-    /// the group committed: their position is asked again.
-    fn forget_revoked(&self, segs: &mut Segments) {
-        let revoked = match self.consumer.context().revoked.lock() {
-            Ok(mut r) => std::mem::take(&mut *r),
-            Err(_) => return,
-        };
-        for p in revoked {
-            segs.position.remove(&p);
-        }
+impl Running {
+    /// The sender's queue (set while serving).
+    fn handle(&self) -> Result<&SourceHandle, String> {
+        self.handle
+            .as_ref()
+            .ok_or_else(|| "the Kafka source is not serving".to_owned())
     }
 
     /// Frames `m` into its partition's open segment (opening one first).
     #[expect(clippy::disallowed_methods, reason = "a segment's age starts")]
     fn add(
-        &self,
+        &mut self,
+        consumer: &BaseConsumer<Assignments>,
+        opts: &KafkaSourceOptions,
         m: &impl Message,
-        handle: &SourceHandle,
-        segs: &mut Segments,
-        stats: &KafkaSourceStats,
     ) -> Result<(), String> {
         let partition = m.partition();
-        if !segs.open.contains_key(&partition) {
-            let from = match segs.position.get(&partition) {
+        if !self.segs.open.contains_key(&partition) {
+            let from = match self.segs.position.get(&partition) {
                 Some(&at) => Some(at),
-                None => self.resumed_at(partition),
+                None => resumed_at(consumer, opts, partition),
             }
             .map(|at| at.min(m.offset()))
             .and_then(|at| u64::try_from(at).ok());
             let label = ChannelLabel {
-                topic: self.opts.topic.clone(),
+                topic: opts.topic.clone(),
                 partition,
                 from,
             };
-            let token = handle
+            let token = self
+                .handle()?
                 .open(ChannelMeta::stream(label.to_string()))
                 .map_err(closed)?;
-            stats.segments.fetch_add(1, Ordering::Relaxed);
-            segs.open.insert(
+            self.stats.segments.fetch_add(1, Ordering::Relaxed);
+            self.segs.open.insert(
                 partition,
                 Segment {
                     token,
@@ -404,92 +440,141 @@ impl KafkaSource {
                 },
             );
         }
-        let Some(seg) = segs.open.get_mut(&partition) else {
+        let Some(seg) = self.segs.open.get_mut(&partition) else {
             return Ok(());
         };
         let before = seg.buf.len();
         frame(m, &mut seg.buf)?;
         let added = seg.buf.len() - before;
-        if self.opts.passes > 1 {
+        if opts.passes > 1 {
             seg.whole.extend_from_slice(&seg.buf[before..]);
         }
         seg.framed += added;
         seg.next = m.offset() + 1;
-        segs.position.insert(partition, seg.next);
-        stats.records.fetch_add(1, Ordering::Relaxed);
-        stats.bytes.fetch_add(added as u64, Ordering::Relaxed);
+        self.segs.position.insert(partition, seg.next);
+        self.stats.records.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes.fetch_add(added as u64, Ordering::Relaxed);
         if seg.buf.len() >= FLUSH_BYTES {
-            handle
-                .data(seg.token, std::mem::take(&mut seg.buf))
-                .map_err(closed)?;
+            let bytes = std::mem::take(&mut seg.buf);
+            let token = seg.token;
+            self.handle()?.data(token, bytes).map_err(closed)?;
         }
         Ok(())
     }
 
-    /// Where the consumer started reading `partition` in this assignment:
-    /// the group's committed offset, or the partition's first offset when
-    /// the group has none. `None` when the brokers do not say (the segment
-    /// then claims nothing about offsets before its first record).
-    fn resumed_at(&self, partition: i32) -> Option<i64> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.opts.topic, partition);
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, self.opts.timeout)
-            .ok()
-            .and_then(|t| {
-                t.find_partition(&self.opts.topic, partition)
-                    .map(|e| e.offset())
-            });
-        match committed {
-            Some(Offset::Offset(at)) => Some(at),
-            _ => self
-                .consumer
-                .fetch_watermarks(&self.opts.topic, partition, self.opts.timeout)
-                .ok()
-                .map(|(low, _)| low),
-        }
+    /// Ends the segments that are full or old.
+    #[expect(clippy::disallowed_methods, reason = "segment ages")]
+    fn end_due(&mut self, opts: &KafkaSourceOptions) -> Result<(), String> {
+        let now = Instant::now();
+        let due: Vec<i32> = self
+            .segs
+            .open
+            .iter()
+            .filter(|(_, s)| {
+                s.framed >= opts.segment_bytes || now.duration_since(s.opened) >= opts.segment_age
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        self.end_partitions(opts, &due)
     }
 
-    /// Hands a segment's last bytes on, ends its channel and sends its
-    /// further copies.
-    fn end_segment(
-        &self,
-        handle: &SourceHandle,
-        s: Segment,
-        partition: i32,
-        segs: &mut Segments,
-        stats: &KafkaSourceStats,
+    /// Ends the open segments of `partitions`: their last bytes, their
+    /// channel's end, then their further copies.
+    fn end_partitions(
+        &mut self,
+        opts: &KafkaSourceOptions,
+        partitions: &[i32],
     ) -> Result<(), String> {
-        segs.awaiting.insert(
-            s.token,
-            Awaiting {
-                partition,
-                next: s.next,
-                left: self.opts.passes,
-                unsent: false,
-            },
-        );
-        segs.order.entry(partition).or_default().push_back(s.token);
-        if !s.buf.is_empty() {
-            handle.data(s.token, s.buf).map_err(closed)?;
+        for p in partitions {
+            let Some(s) = self.segs.open.remove(p) else {
+                continue;
+            };
+            self.segs.awaiting.insert(
+                s.token,
+                Awaiting {
+                    partition: *p,
+                    next: s.next,
+                    left: opts.passes,
+                    unsent: false,
+                },
+            );
+            self.segs.order.entry(*p).or_default().push_back(s.token);
+            let handle = self.handle()?.clone();
+            if !s.buf.is_empty() {
+                handle.data(s.token, s.buf).map_err(closed)?;
+            }
+            handle.finish(s.token).map_err(closed)?;
+            let name = s.label.to_string();
+            for _ in 1..opts.passes {
+                let copy = handle
+                    .open(ChannelMeta::stream(name.clone()))
+                    .map_err(closed)?;
+                self.segs.copy_of.insert(copy, s.token);
+                self.stats.repeats.fetch_add(1, Ordering::Relaxed);
+                handle.data_and_finish(copy, &s.whole).map_err(closed)?;
+            }
         }
-        handle.finish(s.token).map_err(closed)?;
-        let name = s.label.to_string();
-        for _ in 1..self.opts.passes {
-            let copy = handle
-                .open(ChannelMeta::stream(name.clone()))
-                .map_err(closed)?;
-            segs.copy_of.insert(copy, s.token);
-            stats.repeats.fetch_add(1, Ordering::Relaxed);
-            handle.data_and_finish(copy, &s.whole).map_err(closed)?;
+        Ok(())
+    }
+
+    /// Hands `partitions` over at a rebalance: their segments end, every
+    /// copy is sent (waiting up to the timeout), their offsets committed,
+    /// and their positions forgotten (asked again if they come back).
+    #[expect(clippy::disallowed_methods, reason = "the hand-over's deadline")]
+    fn hand_over(
+        &mut self,
+        consumer: &BaseConsumer<Assignments>,
+        opts: &KafkaSourceOptions,
+        partitions: &[i32],
+    ) -> Result<(), String> {
+        for p in partitions {
+            self.segs.position.remove(p);
         }
+        if self.handle.is_none() {
+            return Ok(());
+        }
+        self.end_partitions(opts, partitions)?;
+        let pending = |segs: &Segments| {
+            partitions
+                .iter()
+                .any(|p| segs.order.get(p).is_some_and(|q| !q.is_empty()))
+        };
+        let deadline = Instant::now() + opts.timeout;
+        self.commit_sent(consumer, opts)?;
+        while pending(&self.segs) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            self.commit_sent(consumer, opts)?;
+        }
+        if pending(&self.segs) {
+            tracing::warn!(
+                topic = opts.topic,
+                "Kafka source: segments of partitions taken away were not all sent within {} s; \
+                 their next owner sends those records again (the receiver skips what it has)",
+                opts.timeout.as_secs()
+            );
+        }
+        for p in partitions {
+            if let Some(q) = self.segs.order.remove(p) {
+                for t in q {
+                    self.segs.awaiting.remove(&t);
+                }
+            }
+        }
+        self.segs
+            .copy_of
+            .retain(|_, t| self.segs.awaiting.contains_key(t));
         Ok(())
     }
 
     /// Reads the sender's notices and commits, per partition, the offset
     /// after the longest run of segments whose every copy was sent.
-    fn commit_sent(&self, segs: &mut Segments, stats: &KafkaSourceStats) -> Result<(), String> {
+    fn commit_sent(
+        &mut self,
+        consumer: &BaseConsumer<Assignments>,
+        opts: &KafkaSourceOptions,
+    ) -> Result<(), String> {
+        let segs = &mut self.segs;
+        let stats = &self.stats;
         let mut any = false;
         while let Ok(n) = self.notices.try_recv() {
             let token = segs.copy_of.remove(&n.token).unwrap_or(n.token);
@@ -520,8 +605,8 @@ impl KafkaSource {
                 }
             }
             if let Some(next) = to {
-                tpl.add_partition_offset(&self.opts.topic, *p, Offset::Offset(next))
-                    .map_err(|e| format!("{}/{p}: {e}", self.opts.topic))?;
+                tpl.add_partition_offset(&opts.topic, *p, Offset::Offset(next))
+                    .map_err(|e| format!("{}/{p}: {e}", opts.topic))?;
             }
         }
         if tpl.count() > 0 {
@@ -529,21 +614,45 @@ impl KafkaSource {
             // not fatal: the next one of the partition covers it, and
             // until then a restart sends those records again (the
             // receiver skips them).
-            match self.consumer.commit(&tpl, CommitMode::Sync) {
+            match consumer.commit(&tpl, CommitMode::Sync) {
                 Ok(()) => {
                     stats.committed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
                     stats.commit_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
-                        topic = self.opts.topic,
+                        topic = opts.topic,
                         "the Kafka brokers refused an offset commit of {} ({e}); the next commit covers it",
-                        self.opts.topic
+                        opts.topic
                     );
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// Where the consumer started reading `partition` in this assignment:
+/// the group's committed offset, or the partition's first offset when the
+/// group has none. `None` when the brokers do not say (the segment then
+/// claims nothing about offsets before its first record).
+fn resumed_at(
+    consumer: &BaseConsumer<Assignments>,
+    opts: &KafkaSourceOptions,
+    partition: i32,
+) -> Option<i64> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&opts.topic, partition);
+    let committed = consumer
+        .committed_offsets(tpl, opts.timeout)
+        .ok()
+        .and_then(|t| t.find_partition(&opts.topic, partition).map(|e| e.offset()));
+    match committed {
+        Some(Offset::Offset(at)) => Some(at),
+        _ => consumer
+            .fetch_watermarks(&opts.topic, partition, opts.timeout)
+            .ok()
+            .map(|(low, _)| low),
     }
 }
 
