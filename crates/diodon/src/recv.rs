@@ -31,7 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The one sink the flags and the file name (exactly one of them).
-fn output(args: &RecvArgs, file: &FileConfig, s: &RecvSettings) -> Result<RecvOutput, Fatal> {
+pub(crate) fn output(
+    args: &RecvArgs,
+    file: &FileConfig,
+    s: &RecvSettings,
+) -> Result<RecvOutput, Fatal> {
     let udp_forward = pick(args.udp_forward.as_ref(), file.udp_forward.as_ref());
     let tun = pick(args.tun.as_ref(), file.tun.as_ref());
     let tap_out = pick(args.tap_out.as_ref(), file.tap_out.as_ref());

@@ -118,7 +118,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
 }
 
 /// The Kafka source's settings: `--topic` is required.
-fn kafka_source(
+pub(crate) fn kafka_source(
     args: &SendArgs,
     file: &FileConfig,
     brokers: String,

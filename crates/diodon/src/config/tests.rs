@@ -221,3 +221,69 @@ fn encrypt_needs_a_key_and_a_rollover_needs_a_next_key() {
     assert!(matches!(&link.integrity, Integrity::Keyed(r)
         if r.current_id() == 4 && r.next_id() == Some(5)));
 }
+
+#[test]
+fn kafka_passes_and_hold_come_from_flags_or_the_file() {
+    let send = |args: &[&str], file: &str| -> Result<u32> {
+        let cli = Cli::try_parse_from(
+            [
+                "diodon",
+                "send",
+                "--to",
+                "10.0.0.2:7700",
+                "--kafka",
+                "b:9092",
+            ]
+            .iter()
+            .chain(args),
+        )?;
+        let Command::Send(s) = cli.cmd else {
+            panic!("not send")
+        };
+        let opts = crate::send::kafka_source(&s, &toml::from_str(file)?, "b:9092".into())
+            .map_err(|e| e.1)?;
+        Ok(opts.passes)
+    };
+    assert_eq!(send(&["--topic", "t"], "").unwrap(), 1);
+    assert_eq!(send(&["--topic", "t"], "passes = 2").unwrap(), 2);
+    assert_eq!(
+        send(&["--topic", "t", "--passes", "3"], "passes = 2").unwrap(),
+        3
+    );
+    assert!(send(&["--topic", "t", "--passes", "0"], "").is_err());
+    assert!(send(&[], "").is_err(), "--kafka without --topic");
+
+    let hold = |args: &[&str], file: &str| -> Result<usize> {
+        let cli = Cli::try_parse_from(
+            [
+                "diodon",
+                "recv",
+                "--listen",
+                "127.0.0.1:7700",
+                "--kafka",
+                "b:9092",
+            ]
+            .iter()
+            .chain(args),
+        )?;
+        let Command::Recv(r) = cli.cmd else {
+            panic!("not recv")
+        };
+        let file: FileConfig = toml::from_str(file)?;
+        let settings = r.resolve(&file)?;
+        match crate::recv::output(&r, &file, &settings).map_err(|e| e.1)? {
+            diodon_apps::gateway::RecvOutput::Kafka(k) => Ok(k.hold_bytes),
+            _ => panic!("not a Kafka output"),
+        }
+    };
+    assert_eq!(
+        hold(&[], "").unwrap(),
+        diodon_apps::kafka::DEFAULT_HOLD_BYTES
+    );
+    assert_eq!(hold(&[], "kafka-hold = 8").unwrap(), 8 << 20);
+    assert_eq!(
+        hold(&["--kafka-hold", "16"], "kafka-hold = 8").unwrap(),
+        16 << 20
+    );
+    assert!(hold(&["--kafka-hold", "0"], "").is_err());
+}
