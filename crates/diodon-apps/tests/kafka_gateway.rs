@@ -52,18 +52,7 @@ fn a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart() {
     let ns = Namespace::new(&format!("dk-gw-{}", std::process::id()));
     let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
     let bootstrap = broker.bootstrap().to_string();
-    let outcome = netns::spawn_in(ns.name(), move || run(&bootstrap))
-        .expect("spawn a thread in the namespace")
-        .join();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(&ns, move || run(&bootstrap), "broker", || broker.log_tail());
 }
 
 #[test]
@@ -74,18 +63,12 @@ fn a_transactional_topic_crosses_in_two_passes_without_a_false_gap() {
     let ns = Namespace::new(&format!("dk-txn-{}", std::process::id()));
     let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
     let bootstrap = broker.bootstrap().to_string();
-    let outcome = netns::spawn_in(ns.name(), move || run_transactional(&bootstrap))
-        .expect("spawn a thread in the namespace")
-        .join();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(
+        &ns,
+        move || run_transactional(&bootstrap),
+        "broker",
+        || broker.log_tail(),
+    );
 }
 
 #[test]
@@ -99,19 +82,12 @@ fn the_far_broker_down_past_the_hold_loses_only_counted_offsets() {
     let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
     let far = Arc::new(std::sync::Mutex::new(far));
     let far_in = Arc::clone(&far);
-    let outcome = netns::spawn_in(ns.name(), move || run_past_hold(&near_at, &far_at, &far_in))
-        .expect("spawn a thread in the namespace")
-        .join();
-    let far_log = || far.lock().map(|b| b.log_tail()).unwrap_or_default();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- far broker log (tail):\n{}", far_log()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- far broker log (tail):\n{}", far_log());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(
+        &ns,
+        move || run_past_hold(&near_at, &far_at, &far_in),
+        "far broker",
+        || far.lock().map(|b| b.log_tail()).unwrap_or_default(),
+    );
     drop(near);
 }
 
@@ -126,21 +102,12 @@ fn the_near_broker_restarting_mid_stream_stops_nothing() {
     let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
     let near = Arc::new(std::sync::Mutex::new(near));
     let near_in = Arc::clone(&near);
-    let outcome = netns::spawn_in(ns.name(), move || {
-        run_near_restart(&near_at, &far_at, &near_in)
-    })
-    .expect("spawn a thread in the namespace")
-    .join();
-    let near_log = || near.lock().map(|b| b.log_tail()).unwrap_or_default();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- near broker log (tail):\n{}", near_log()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- near broker log (tail):\n{}", near_log());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(
+        &ns,
+        move || run_near_restart(&near_at, &far_at, &near_in),
+        "near broker",
+        || near.lock().map(|b| b.log_tail()).unwrap_or_default(),
+    );
     drop(far);
 }
 
@@ -148,7 +115,6 @@ fn the_near_broker_restarting_mid_stream_stops_nothing() {
 /// back, 600 more are produced: the sender must go on (its consumer
 /// reconnects; refused commits are covered by later ones), and the far
 /// topic must hold all 1,200 once each, in order.
-#[expect(clippy::disallowed_methods, reason = "the test's own deadlines")]
 fn run_near_restart(
     near: &str,
     far: &str,
@@ -165,17 +131,7 @@ fn run_near_restart(
     );
     let send_stop = Arc::new(AtomicBool::new(false));
     let sender = start_sender(near, "diodon-near", (1, 256 << 10), &send_stop);
-    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while far_count(far).unwrap_or(0) < n {
-            if Instant::now() > deadline {
-                return Err(format!("{secs} s and the far topic holds fewer than {n}"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(())
-    };
-    wait_far(600, 60)?;
+    wait_far(far, 600, 60)?;
     near_broker.lock().map_err(|_| "lock")?.stop();
     std::thread::sleep(Duration::from_secs(5));
     near_broker.lock().map_err(|_| "lock")?.start_again();
@@ -186,7 +142,7 @@ fn run_near_restart(
         ));
     }
     produce(near, 600, 1_200)?;
-    wait_far(1_200, 120)?;
+    wait_far(far, 1_200, 120)?;
     send_stop.store(true, Ordering::Relaxed);
     let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
     recv_stop.store(true, Ordering::Relaxed);
@@ -221,18 +177,12 @@ fn two_senders_in_one_group_split_the_partitions_over_two_links() {
     let ns = Namespace::new(&format!("dk-two-{}", std::process::id()));
     let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
     let bootstrap = broker.bootstrap().to_string();
-    let outcome = netns::spawn_in(ns.name(), move || run_two_links(&bootstrap))
-        .expect("spawn a thread in the namespace")
-        .join();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- broker log (tail):\n{}", broker.log_tail()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- broker log (tail):\n{}", broker.log_tail());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(
+        &ns,
+        move || run_two_links(&bootstrap),
+        "broker",
+        || broker.log_tail(),
+    );
 }
 
 /// Sender A carries `src` alone over link A; sender B joins its group
@@ -345,17 +295,7 @@ fn run_past_hold(
     let receiver = start_receiver(far, (Duration::from_secs(60), 1 << 20), &recv_stop);
     let send_stop = Arc::new(AtomicBool::new(false));
     let sender = start_sender(near, "diodon-hold", (1, 256 << 10), &send_stop);
-    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while far_count(far).unwrap_or(0) < n {
-            if Instant::now() > deadline {
-                return Err(format!("{secs} s and the far topic holds fewer than {n}"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(())
-    };
-    wait_far(300, 60)?;
+    wait_far(far, 300, 60)?;
     far_broker.lock().map_err(|_| "lock")?.stop();
     let down = Instant::now();
     produce_bulk(near, 300, BULK)?;
@@ -729,6 +669,45 @@ fn read_records(
     Ok(out)
 }
 
+/// Runs `test` on a thread inside `ns` (where the brokers listen); a
+/// failure panics with its sentence and the tail of the broker's log
+/// (`what`: which broker).
+fn in_namespace(
+    ns: &Namespace,
+    test: impl FnOnce() -> Result<(), String> + Send + 'static,
+    what: &str,
+    log_tail: impl Fn() -> String,
+) {
+    match netns::spawn_in(ns.name(), test)
+        .expect("spawn a thread in the namespace")
+        .join()
+    {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("{e}\n--- {what} log (tail):\n{}", log_tail()),
+        Ok(Err(e)) => panic!("entering the namespace: {e}"),
+        Err(panic) => {
+            eprintln!("--- {what} log (tail):\n{}", log_tail());
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Waits until `far-src` on `far` holds at least `n` records, `secs` at most.
+#[expect(clippy::disallowed_methods, reason = "the test's own deadline")]
+fn wait_far(far: &str, n: usize, secs: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let have = far_count(far).unwrap_or(0);
+        if have >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{secs} s and the far topic holds {have} of {n}"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 type Rec = (
     Option<Vec<u8>>,
     Option<Vec<u8>>,
@@ -796,19 +775,12 @@ fn the_far_broker_down_for_10_s_delays_records_and_loses_or_repeats_none() {
     let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
     let far = Arc::new(std::sync::Mutex::new(far));
     let far_in = Arc::clone(&far);
-    let outcome = netns::spawn_in(ns.name(), move || run_far_down(&near_at, &far_at, &far_in))
-        .expect("spawn a thread in the namespace")
-        .join();
-    let far_log = || far.lock().map(|b| b.log_tail()).unwrap_or_default();
-    match outcome {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => panic!("{e}\n--- far broker log (tail):\n{}", far_log()),
-        Ok(Err(e)) => panic!("entering the namespace: {e}"),
-        Err(panic) => {
-            eprintln!("--- far broker log (tail):\n{}", far_log());
-            std::panic::resume_unwind(panic)
-        }
-    }
+    in_namespace(
+        &ns,
+        move || run_far_down(&near_at, &far_at, &far_in),
+        "far broker",
+        || far.lock().map(|b| b.log_tail()).unwrap_or_default(),
+    );
     drop(near);
 }
 
@@ -833,26 +805,13 @@ fn run_far_down(
     );
     let send_stop = Arc::new(AtomicBool::new(false));
     let sender = start_sender(near, "diodon-down", (1, 256 << 10), &send_stop);
-    let wait_far = |n: usize, secs: u64| -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            let have = far_count(far).unwrap_or(0);
-            if have >= n {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("{secs} s and the far topic holds {have} of {n}"));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
-    wait_far(100, 60)?;
+    wait_far(far, 100, 60)?;
     far_broker.lock().map_err(|_| "lock")?.stop();
     let down = Instant::now();
     produce(near, 600, 1_200)?;
     std::thread::sleep(Duration::from_secs(10).saturating_sub(down.elapsed()));
     far_broker.lock().map_err(|_| "lock")?.start_again();
-    wait_far(1_200, 90)?;
+    wait_far(far, 1_200, 90)?;
     send_stop.store(true, Ordering::Relaxed);
     let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
     if sent.exit() != diodon_apps::report::Exit::Success {
