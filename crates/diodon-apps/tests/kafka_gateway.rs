@@ -76,19 +76,7 @@ fn the_far_broker_down_past_the_hold_loses_only_counted_offsets() {
     if !require_kafka("the_far_broker_down_past_the_hold_loses_only_counted_offsets") {
         return;
     }
-    let ns = Namespace::new(&format!("dk-hold-{}", std::process::id()));
-    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
-    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
-    let far = Arc::new(std::sync::Mutex::new(far));
-    let far_in = Arc::clone(&far);
-    in_namespace(
-        &ns,
-        move || run_past_hold(&near_at, &far_at, &far_in),
-        "far broker",
-        || far.lock().map(|b| b.log_tail()).unwrap_or_default(),
-    );
-    drop(near);
+    with_two_brokers("dk-hold", Broker::Far, run_past_hold);
 }
 
 #[test]
@@ -96,19 +84,7 @@ fn the_near_broker_restarting_mid_stream_stops_nothing() {
     if !require_kafka("the_near_broker_restarting_mid_stream_stops_nothing") {
         return;
     }
-    let ns = Namespace::new(&format!("dk-near-{}", std::process::id()));
-    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
-    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
-    let near = Arc::new(std::sync::Mutex::new(near));
-    let near_in = Arc::clone(&near);
-    in_namespace(
-        &ns,
-        move || run_near_restart(&near_at, &far_at, &near_in),
-        "near broker",
-        || near.lock().map(|b| b.log_tail()).unwrap_or_default(),
-    );
-    drop(far);
+    with_two_brokers("dk-near", Broker::Near, run_near_restart);
 }
 
 /// 600 records flow, the near (source) broker stops for 5 s and comes
@@ -669,6 +645,45 @@ fn read_records(
     Ok(out)
 }
 
+/// Which broker of [`with_two_brokers`] the test stops and starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Broker {
+    Near,
+    Far,
+}
+
+/// A namespace with a near broker (`127.0.0.1:9092`) and a far one
+/// (`:9192`); `run(near, far, broker)` runs inside it with `which` broker
+/// in its hands (to stop and start), whose log tail a failure shows.
+fn with_two_brokers(
+    prefix: &str,
+    which: Broker,
+    run: fn(&str, &str, &std::sync::Mutex<KafkaBroker>) -> Result<(), String>,
+) {
+    let ns = Namespace::new(&format!("{prefix}-{}", std::process::id()));
+    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
+    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
+    let (held, other) = match which {
+        Broker::Near => (near, far),
+        Broker::Far => (far, near),
+    };
+    let held = Arc::new(std::sync::Mutex::new(held));
+    let held_in = Arc::clone(&held);
+    let what = if which == Broker::Near {
+        "near broker"
+    } else {
+        "far broker"
+    };
+    in_namespace(
+        &ns,
+        move || run(&near_at, &far_at, &held_in),
+        what,
+        || held.lock().map(|b| b.log_tail()).unwrap_or_default(),
+    );
+    drop(other);
+}
+
 /// Runs `test` on a thread inside `ns` (where the brokers listen); a
 /// failure panics with its sentence and the tail of the broker's log
 /// (`what`: which broker).
@@ -769,19 +784,7 @@ fn the_far_broker_down_for_10_s_delays_records_and_loses_or_repeats_none() {
     if !require_kafka("the_far_broker_down_for_10_s_delays_records_and_loses_or_repeats_none") {
         return;
     }
-    let ns = Namespace::new(&format!("dk-down-{}", std::process::id()));
-    let near = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let far = KafkaBroker::start(&ns, "127.0.0.1:9192".parse().expect("address"));
-    let (near_at, far_at) = (near.bootstrap().to_string(), far.bootstrap().to_string());
-    let far = Arc::new(std::sync::Mutex::new(far));
-    let far_in = Arc::clone(&far);
-    in_namespace(
-        &ns,
-        move || run_far_down(&near_at, &far_at, &far_in),
-        "far broker",
-        || far.lock().map(|b| b.log_tail()).unwrap_or_default(),
-    );
-    drop(near);
+    with_two_brokers("dk-down", Broker::Far, run_far_down);
 }
 
 /// 600 records flow, the far broker stops, 600 more are produced at the
