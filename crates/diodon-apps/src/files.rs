@@ -425,9 +425,11 @@ impl FileSink {
             match fs::symlink_metadata(dir) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => return Err(OutDirError::NotDir(dir.clone())),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir(dir).map_err(io_err(dir))?;
-                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(dir) {
+                    // Another receiver sharing the folder made it meanwhile.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                    other => other.map_err(io_err(dir))?,
+                },
                 Err(e) => {
                     return Err(OutDirError::Io {
                         path: dir.clone(),

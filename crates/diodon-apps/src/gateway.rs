@@ -26,11 +26,13 @@ use crate::kafka::{
     KafkaSink, KafkaSinkOptions, KafkaSinkStats, KafkaSource, KafkaSourceOptions, KafkaSourceStats,
 };
 use crate::metrics::{self, MetricsError, MetricsListener};
+use crate::multilink::LinkHealth;
 use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
 use crate::recv::{run_receiver_on, RecvOptions, RecvProgress, RecvReport, Sink};
+use crate::report::add_into;
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
 use crate::send::SentNotice;
-use crate::send::{run_sender_on, SendOptions, SendProgress};
+use crate::send::{run_link_sender, run_sender_on, SendOptions, SendProgress, SendReport};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
 use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
 use crate::tunnel::{
@@ -43,8 +45,9 @@ use crate::udp_flow::{
 };
 use crate::PipelineError;
 use diodon_counters::CounterSet;
+use diodon_counters::Snapshot;
 use diodon_io::counters::process_cpu_seconds;
-use diodon_io::{BatchReceiver, BatchSender, UdpSnmp};
+use diodon_io::{BatchReceiver, BatchSender, UdpConfig, UdpSnmp};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,6 +131,7 @@ pub fn run_sync(
             tunnel: None,
             kafka: None,
             sync: Some(Arc::clone(&stats)),
+            links: Vec::new(),
         };
         l.serve(source)?;
     }
@@ -176,6 +180,22 @@ pub struct SendJob {
     /// Set on SIGINT/SIGTERM: sources stop; the core aborts open channels,
     /// except for UDP flows, which finish every flow and drain.
     pub stop: Arc<AtomicBool>,
+    /// Further links (`--to` more than once): channels spread over
+    /// `opts.dest` and these by a stable hash (`crate::multilink`), each
+    /// link its own session, pacing and counters.
+    pub more_links: Vec<LinkTarget>,
+}
+
+/// One more link of a sender: its receiver, its socket and its core's
+/// settings (symbol size and overhead follow the link's MTU and family).
+#[derive(Debug, Clone)]
+pub struct LinkTarget {
+    /// The link's receiver.
+    pub dest: SocketAddr,
+    /// Its local socket.
+    pub udp: UdpConfig,
+    /// Its core.
+    pub config: diodon_proto::SenderConfig,
 }
 
 /// Runs a sender to the end; `watch` sees the live progress meanwhile.
@@ -194,6 +214,7 @@ pub fn run_send(
 pub struct OpenedSend {
     opts: SendOptions,
     udp: BatchSender,
+    more: Vec<(SendOptions, BatchSender)>,
     input: OpenedInput,
     metrics: Option<MetricsListener>,
     stop: Arc<AtomicBool>,
@@ -215,6 +236,7 @@ pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
         input,
         metrics,
         stop,
+        more_links,
     } = job;
     let udp = BatchSender::open(&opts.udp).map_err(PipelineError::from)?;
     let metrics = metrics
@@ -241,9 +263,17 @@ pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
         }
         other => OpenedInput::Ready(other),
     };
+    let mut more = Vec::new();
+    for link in more_links {
+        let udp = BatchSender::open(&link.udp).map_err(PipelineError::from)?;
+        let mut o = opts.clone();
+        (o.dest, o.udp, o.config) = (link.dest, link.udp, link.config);
+        more.push((o, udp));
+    }
     Ok(OpenedSend {
         opts,
         udp,
+        more,
         input,
         metrics,
         stop,
@@ -257,10 +287,15 @@ impl OpenedSend {
         let OpenedSend {
             opts,
             udp,
+            more,
             input,
             metrics,
             stop,
         } = self;
+        let mut links: Vec<(SendOptions, BatchSender)> = vec![(opts, udp)];
+        links.extend(more);
+        let health: Vec<Arc<LinkHealth>> =
+            links.iter().map(|(o, _)| LinkHealth::new(o.dest)).collect();
         let progress = Arc::new(SendProgress::default());
         if let OpenedInput::Ready(SendInput::Files(files)) = &input {
             let total: u64 = files
@@ -283,13 +318,24 @@ impl OpenedSend {
                 tunnel: tunnel_stats.clone(),
                 kafka: kafka_stats.clone(),
                 sync: None,
+                links: if health.len() > 1 {
+                    health.clone()
+                } else {
+                    Vec::new()
+                },
             })?;
         }
         // A Kafka source ends gracefully too: its last segments go out
         // before it commits their offsets.
         let graceful = matches!(input, OpenedInput::Kafka(..));
-        let (handle, queue) =
-            crate::send::queue_for_blocks(opts.queue_chunks, opts.config.block_bytes());
+        let (handle, queues) = if links.len() == 1 {
+            let (o, _) = &links[0];
+            let (h, q) = crate::send::queue_for_blocks(o.queue_chunks, o.config.block_bytes());
+            (h, vec![q])
+        } else {
+            let (o, _) = &links[0];
+            crate::send::link_queues(o.queue_chunks, o.config.block_bytes(), &health)
+        };
         let source_stop = Arc::clone(&stop);
         let source_stats = SourceStats {
             udp: udp_stats.clone(),
@@ -311,20 +357,101 @@ impl OpenedSend {
             Arc::clone(&stop)
         };
         let core_progress = Arc::clone(&progress);
-        let report = run_watched(
+        let core_health = health.clone();
+        let reports = run_watched(
             "sender",
-            move || run_sender_on(udp, &opts, &queue, core_progress, &core_stop),
+            move || run_cores(links, queues, core_health, &core_progress, &core_stop),
             || watch(&progress),
         )??;
         stop.store(true, Ordering::Relaxed);
         let source_errors = source.join().unwrap_or(1);
         let kernel = kernel_delta(before, UdpSnmp::read().ok());
-        let mut summary =
-            SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, source_errors);
+        let cpu = process_cpu_seconds() - cpu0;
+        let mut summary = match reports.as_slice() {
+            [one] => SendSummary::new(one, kernel, cpu, source_errors),
+            many => SendSummary::of_links(many, &health, kernel, cpu, source_errors),
+        };
         summary.udp_source = udp_stats.map(|s| s.snapshot());
         summary.tunnel = tunnel_stats.map(|s| s.snapshot());
         summary.kafka = kafka_stats.map(|s| s.snapshot());
         Ok(summary)
+    }
+}
+
+/// Runs the sender core of every link, each on `queues`' queue of the
+/// same index: one link on the calling thread as ever; several on a
+/// thread each, with their progress added up into `progress` every 100 ms
+/// (the reports in the order of `links`).
+fn run_cores(
+    links: Vec<(SendOptions, BatchSender)>,
+    queues: Vec<mpsc::Receiver<crate::send::SourceMsg>>,
+    health: Vec<Arc<LinkHealth>>,
+    progress: &Arc<SendProgress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<SendReport>, PipelineError> {
+    if links.len() == 1 {
+        let mut reports = Vec::new();
+        for ((opts, udp), queue) in links.into_iter().zip(queues) {
+            reports.push(run_sender_on(
+                udp,
+                &opts,
+                &queue,
+                Arc::clone(progress),
+                stop,
+            )?);
+        }
+        return Ok(reports);
+    }
+    let mut cores = Vec::new();
+    let mut each = Vec::new();
+    for (((opts, udp), queue), h) in links.into_iter().zip(queues).zip(health) {
+        let p = Arc::new(SendProgress::default());
+        each.push(Arc::clone(&p));
+        let stop = Arc::clone(stop);
+        let core = thread::Builder::new()
+            .name("diodon-link".into())
+            .spawn(move || run_link_sender(udp, &opts, &queue, p, &stop, Some(h)))
+            .map_err(|_| PipelineError::Thread("link core"))?;
+        cores.push(core);
+    }
+    while !cores.iter().all(thread::JoinHandle::is_finished) {
+        add_up(&each, progress);
+        thread::sleep(WATCH_EVERY);
+    }
+    add_up(&each, progress);
+    cores
+        .into_iter()
+        .map(|c| c.join().map_err(|_| PipelineError::Thread("link core"))?)
+        .collect()
+}
+
+/// The links' progress added up into `total` (bytes, datagrams, counters).
+fn add_up(links: &[Arc<SendProgress>], total: &SendProgress) {
+    let sum = |f: fn(&SendProgress) -> &std::sync::atomic::AtomicU64| {
+        links
+            .iter()
+            .map(|p| f(p).load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    total.bytes.store(sum(|p| &p.bytes), Ordering::Relaxed);
+    total
+        .datagrams
+        .store(sum(|p| &p.datagrams), Ordering::Relaxed);
+    let (mut core, mut socket) = (Snapshot::default(), Snapshot::default());
+    for p in links {
+        if let Ok(g) = p.snapshot.lock() {
+            add_into(&mut core, &g.0.snapshot());
+            add_into(&mut socket, &g.1.snapshot());
+        }
+    }
+    if let Ok(mut g) = total.snapshot.lock() {
+        *g = (
+            diodon_proto::SenderStats::from_snapshot(&core),
+            diodon_io::SenderCounters::from_snapshot(&socket),
+        );
+    }
+    if let (Some(first), Ok(mut k)) = (links.first(), total.key_id.lock()) {
+        *k = first.key_id.lock().map(|g| *g).unwrap_or_default();
     }
 }
 

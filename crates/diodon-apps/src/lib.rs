@@ -29,7 +29,8 @@
 //! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`mirror`] (a sync receiver: files already present, manifests, the
 //! deleted folder, availability time, the audit log),
-//! [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
+//! [`multilink`] (several links from one host: the stable hash that spreads
+//! channels, each link's health), [`stream`] (stdin/stdout and TCP), [`sync`] (directory-tree sync: `SQLite`
 //! state, streaming scan, carousel passes, deletions, outbox), [`udp_flow`]
 //! (UDP flows as datagram channels), [`kafka`] (Kafka topic-partitions
 //! across the diode: the sink that produces them again), [`tunnel`] (the one-way IP tunnel: TUN
@@ -60,6 +61,7 @@ pub mod key_file;
 pub mod link;
 pub mod metrics;
 pub mod mirror;
+pub mod multilink;
 pub mod names;
 pub mod nft;
 pub mod outcome;

@@ -76,6 +76,8 @@ pub enum Source {
         kafka: Option<Arc<KafkaSourceStats>>,
         /// The directory-tree sync, if any.
         sync: Option<Arc<crate::sync::SyncStats>>,
+        /// With several links: each link's health, labelled `to`.
+        links: Vec<Arc<crate::multilink::LinkHealth>>,
     },
     /// `diodon recv`.
     Recv {
@@ -387,7 +389,12 @@ pub fn export(source: &Source, iface: Option<&str>, out: &mut impl Exporter) {
             tunnel,
             kafka,
             sync,
+            links,
         } => {
+            for l in links {
+                let to = l.dest.to_string();
+                out.labeled(&l.snapshot(), "link", &[("to", &to)]);
+            }
             let (core, socket) = progress
                 .snapshot
                 .lock()

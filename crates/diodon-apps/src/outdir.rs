@@ -25,14 +25,20 @@ fn ensure_dirs(root: &Path, rel: &Path) -> Result<(), SinkFailure> {
             Ok(m) if m.file_type().is_symlink() => return Err(SinkFailure::Symlink(at)),
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(SinkFailure::NotADirectory(at)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if let Err(e) = fs::create_dir(&at) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&at) {
+                // Another receiver sharing the folder made it meanwhile
+                // (never through a symlink: checked again).
+                Err(e)
+                    if e.kind() == io::ErrorKind::AlreadyExists
+                        && fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) => {}
+                Err(e) => {
                     return Err(SinkFailure::Mkdir {
                         path: at,
                         source: e.into(),
-                    });
+                    })
                 }
-            }
+                Ok(()) => {}
+            },
             Err(e) => {
                 return Err(SinkFailure::Examine {
                     path: at,

@@ -17,6 +17,7 @@
 
 use crate::files::FileSinkCounters;
 use crate::kafka::{KafkaSinkCounters, KafkaSourceCounters};
+use crate::multilink::{LinkCounters, LinkHealth};
 use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
 use crate::send::{SendReport, SentChannel};
@@ -29,6 +30,7 @@ use diodon_proto::{ReceiverStats, SenderStats};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The process exit status a run maps to (documented in the README).
@@ -173,9 +175,96 @@ pub struct SendSummary {
     /// left uncommitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaSourceCounters>,
+    /// With several links (`--to` more than once): each link's receiver,
+    /// session and health; the fields above add up all links.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkSummary>,
+}
+
+/// One link of a sender with several.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LinkSummary {
+    /// The link's receiver.
+    pub to: String,
+    /// Its session id, hex.
+    pub session: String,
+    /// Channel bytes it accepted.
+    pub bytes: u64,
+    /// Channels it sent complete.
+    pub channels_sent: usize,
+    /// Channels aborted or refused on it.
+    pub channels_failed: usize,
+    /// Its health: up now, times down, channels aborted or refused because
+    /// it was down, datagrams.
+    pub health: LinkCounters,
+    /// Why it was last down (empty: never).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_down: String,
 }
 
 impl SendSummary {
+    /// From the reports of several links (in the order of `links`): totals
+    /// over all, and one [`LinkSummary`] each.
+    pub fn of_links(
+        reports: &[SendReport],
+        links: &[Arc<LinkHealth>],
+        kernel: Snapshot,
+        cpu_s: f64,
+        source_errors: usize,
+    ) -> Self {
+        let Some(first) = reports.first() else {
+            let none = SendReport {
+                session: diodon_proto::SessionId(0),
+                stats: SenderStats::default(),
+                io: SenderCounters::default(),
+                channels: Vec::new(),
+                duration: Duration::ZERO,
+                warnings: Vec::new(),
+                gso: false,
+            };
+            return SendSummary::new(&none, kernel, cpu_s, source_errors);
+        };
+        let mut all = SendSummary::new(first, kernel, cpu_s, source_errors);
+        all.core = Snapshot::default();
+        all.socket = Snapshot::default();
+        all.channels.clear();
+        all.warnings.clear();
+        let mut duration = Duration::ZERO;
+        for (r, h) in reports.iter().zip(links) {
+            add_into(&mut all.core, &r.stats.snapshot());
+            add_into(&mut all.socket, &r.io.snapshot());
+            all.channels.extend(r.channels.iter().cloned());
+            all.warnings.extend(
+                r.warnings
+                    .iter()
+                    .map(|w| format!("link to {}: {w}", h.dest)),
+            );
+            all.gso &= r.gso;
+            duration = duration.max(r.duration);
+            all.links.push(LinkSummary {
+                to: h.dest.to_string(),
+                session: r.session.to_string(),
+                bytes: r.stats.bytes_accepted,
+                channels_sent: r.channels.len() - r.failed(),
+                channels_failed: r.failed(),
+                health: h.snapshot(),
+                last_down: h.last_down(),
+            });
+        }
+        all.session = all
+            .links
+            .iter()
+            .map(|l| l.session.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        all.bytes = all.links.iter().map(|l| l.bytes).sum();
+        all.channels_sent = all.links.iter().map(|l| l.channels_sent).sum();
+        all.channels_failed = all.links.iter().map(|l| l.channels_failed).sum();
+        all.duration_s = duration.as_secs_f64();
+        all.goodput_mbps = mbps(all.bytes, duration);
+        all
+    }
+
     /// From the report.
     pub fn new(r: &SendReport, kernel: Snapshot, cpu_s: f64, source_errors: usize) -> Self {
         SendSummary {
@@ -198,6 +287,7 @@ impl SendSummary {
             udp_source: None,
             tunnel: None,
             kafka: None,
+            links: Vec::new(),
         }
     }
 
@@ -277,6 +367,25 @@ impl SendSummary {
             k.get("out_datagrams"),
             k.get("sndbuf_errors")
         );
+        for l in &self.links {
+            let h = &l.health;
+            let _ = writeln!(
+                s,
+                "  link to {} (session {}): {} bytes, channels sent {}, failed {}; {}, down {} times, {} channels aborted and {} refused while down",
+                l.to,
+                l.session,
+                l.bytes,
+                l.channels_sent,
+                l.channels_failed,
+                if h.up == 1 { "up" } else { "DOWN" },
+                h.down_events,
+                h.aborted,
+                h.refused
+            );
+            if !l.last_down.is_empty() {
+                let _ = writeln!(s, "    last down: {}", l.last_down);
+            }
+        }
         let _ = writeln!(
             s,
             "  channels sent {}, failed {}",
@@ -294,6 +403,13 @@ impl SendSummary {
             let _ = writeln!(s, "  warning: {w}");
         }
         s
+    }
+}
+
+/// Adds every counter of `more` into `total`.
+pub(crate) fn add_into(total: &mut Snapshot, more: &Snapshot) {
+    for (k, v) in &more.0 {
+        *total.0.entry(k.clone()).or_default() += v;
     }
 }
 

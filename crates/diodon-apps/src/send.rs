@@ -17,9 +17,11 @@
 //! channel table) and returns its [`SendReport`].
 
 use crate::key_file::KeyReload;
+use crate::multilink::{Change, LinkHealth, LinkWatch};
 use crate::PipelineError;
 use diodon_io::{
-    BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, MAX_GSO_SEGMENTS,
+    BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, UdpError,
+    MAX_GSO_SEGMENTS,
 };
 use diodon_proto::{
     ChannelId, ChannelMeta, Sender, SenderConfig, SenderEvent, SenderStats, SessionId,
@@ -84,11 +86,23 @@ pub struct Closed;
 
 /// A producer's end of the sender's bounded input queue. Clone it per source
 /// thread; the pipeline ends when every clone is dropped.
+///
+/// With several links (`crate::multilink`) there is one queue per link: a
+/// channel goes to the link its key's stable hash picks among the links
+/// that are up, and the link is written into its token (`token % links`),
+/// so every later message of the channel finds the same queue.
 #[derive(Debug, Clone)]
 pub struct SourceHandle {
-    tx: SyncSender<SourceMsg>,
+    links: Arc<[LinkInput]>,
     tokens: Arc<AtomicU64>,
     chunk: usize,
+}
+
+/// One link's queue and whether the link is up.
+#[derive(Debug)]
+pub(crate) struct LinkInput {
+    pub(crate) tx: SyncSender<SourceMsg>,
+    pub(crate) health: Option<Arc<LinkHealth>>,
 }
 
 impl SourceHandle {
@@ -100,25 +114,49 @@ impl SourceHandle {
         self.chunk
     }
 
-    /// Announces a channel and returns its token.
+    /// Announces a channel and returns its token. With several links, the
+    /// channel's name picks its link.
     pub fn open(&self, meta: ChannelMeta) -> Result<u64, Closed> {
-        let token = self.tokens.fetch_add(1, Ordering::Relaxed);
-        self.tx
+        let key = meta.name.clone();
+        self.open_keyed(meta, key.as_bytes())
+    }
+
+    /// Announces a channel whose link `key` picks (channels with one key,
+    /// such as the segments of one Kafka partition, keep to one link while
+    /// it is up).
+    pub fn open_keyed(&self, meta: ChannelMeta, key: &[u8]) -> Result<u64, Closed> {
+        let n = self.links.len() as u64;
+        let link = if n == 1 {
+            0
+        } else {
+            crate::multilink::pick(key, self.links.len(), |i| {
+                self.links[i].health.as_ref().is_none_or(|h| h.is_up())
+            })
+        };
+        let token = self.tokens.fetch_add(1, Ordering::Relaxed) * n + link as u64;
+        self.links[link]
+            .tx
             .send(SourceMsg::Open { token, meta })
             .map_err(|_| Closed)?;
         Ok(token)
     }
 
+    /// The queue of the link that carries `token`.
+    fn tx(&self, token: u64) -> &SyncSender<SourceMsg> {
+        let n = self.links.len() as u64;
+        &self.links[(token % n) as usize].tx
+    }
+
     /// Queues bytes (blocks while the queue is full).
     pub fn data(&self, token: u64, data: Vec<u8>) -> Result<(), Closed> {
-        self.tx
+        self.tx(token)
             .send(SourceMsg::Data { token, data })
             .map_err(|_| Closed)
     }
 
     /// Queues framed records (blocks while the queue is full).
     pub fn records(&self, token: u64, data: Vec<u8>) -> Result<(), Closed> {
-        self.tx
+        self.tx(token)
             .send(SourceMsg::Records { token, data })
             .map_err(|_| Closed)
     }
@@ -134,14 +172,14 @@ impl SourceHandle {
 
     /// Ends the channel.
     pub fn finish(&self, token: u64) -> Result<(), Closed> {
-        self.tx
+        self.tx(token)
             .send(SourceMsg::Finish { token })
             .map_err(|_| Closed)
     }
 
     /// Gives the channel up.
     pub fn abort(&self, token: u64, reason: impl Into<String>) -> Result<(), Closed> {
-        self.tx
+        self.tx(token)
             .send(SourceMsg::Abort {
                 token,
                 reason: reason.into(),
@@ -349,22 +387,56 @@ pub fn queue_for_blocks(
     capacity: usize,
     block_bytes: usize,
 ) -> (SourceHandle, Receiver<SourceMsg>) {
+    let (messages, chunk) = queue_shape(capacity, block_bytes);
+    queue_of(messages, chunk)
+}
+
+/// Messages a queue holds and bytes per data message, for
+/// [`queue_for_blocks`].
+fn queue_shape(capacity: usize, block_bytes: usize) -> (usize, usize) {
     if block_bytes == 0 || block_bytes > MAX_BLOCK_CHUNK {
-        return queue(capacity);
+        return (capacity, CHUNK);
     }
     let messages = (capacity.saturating_mul(CHUNK) / block_bytes).max(2);
-    queue_of(messages, block_bytes)
+    (messages, block_bytes)
 }
 
 fn queue_of(capacity: usize, chunk: usize) -> (SourceHandle, Receiver<SourceMsg>) {
     let (tx, rx) = mpsc::sync_channel(capacity.max(1));
     (
         SourceHandle {
-            tx,
+            links: Arc::new([LinkInput { tx, health: None }]),
             tokens: Arc::new(AtomicU64::new(1)),
             chunk,
         },
         rx,
+    )
+}
+
+/// One input queue per link of `links`, each shaped like
+/// [`queue_for_blocks`]'s, behind one handle that spreads channels over
+/// the links that are up.
+pub(crate) fn link_queues(
+    capacity: usize,
+    block_bytes: usize,
+    links: &[Arc<LinkHealth>],
+) -> (SourceHandle, Vec<Receiver<SourceMsg>>) {
+    let (messages, chunk) = queue_shape(capacity, block_bytes);
+    let (inputs, queues): (Vec<_>, Vec<_>) = links
+        .iter()
+        .map(|h| {
+            let (tx, rx) = mpsc::sync_channel(messages.max(1));
+            let health = Some(Arc::clone(h));
+            (LinkInput { tx, health }, rx)
+        })
+        .unzip();
+    (
+        SourceHandle {
+            links: inputs.into(),
+            tokens: Arc::new(AtomicU64::new(1)),
+            chunk,
+        },
+        queues,
     )
 }
 
@@ -462,6 +534,8 @@ struct Core {
     /// Extra wait after the pacer's next permission so that a whole GSO
     /// batch accumulates (one syscall per batch, not per datagram).
     batch_gap: Duration,
+    /// One link of several: its path, watched.
+    link: Option<LinkWatch>,
 }
 
 /// Runs the core thread's loop on the calling thread until every
@@ -485,6 +559,21 @@ pub fn run_sender_on(
     input: &Receiver<SourceMsg>,
     progress: Arc<SendProgress>,
     stop: &AtomicBool,
+) -> Result<SendReport, PipelineError> {
+    run_link_sender(udp, opts, input, progress, stop, None)
+}
+
+/// [`run_sender_on`] for one link of several (`crate::multilink`): the
+/// core watches its link's path, aborts what is open on it when it goes
+/// down and refuses new channels until it is up again; a send that fails
+/// on the path does not end the run.
+pub(crate) fn run_link_sender(
+    udp: BatchSender,
+    opts: &SendOptions,
+    input: &Receiver<SourceMsg>,
+    progress: Arc<SendProgress>,
+    stop: &AtomicBool,
+    link: Option<Arc<LinkHealth>>,
 ) -> Result<SendReport, PipelineError> {
     let clock = MonotonicClock::new();
     let mut config = opts.config.clone();
@@ -523,6 +612,7 @@ pub fn run_sender_on(
         progress,
         buf: Vec::with_capacity(70_000),
         batch_gap,
+        link: link.map(|h| LinkWatch::new(h, opts.udp.device.clone())),
     };
     let mut idle_since: Option<diodon_proto::Timestamp> = None;
     let mut stopping = false;
@@ -533,6 +623,7 @@ pub fn run_sender_on(
         if now.saturating_duration_since(snapshot_at) >= SNAPSHOT_EVERY {
             snapshot_at = now;
             core.publish();
+            core.look_at_link(now);
             if let Some(k) = &mut keys {
                 core.reload_keys(now, k);
             }
@@ -642,7 +733,18 @@ impl Core {
         match msg {
             SourceMsg::Open { token, meta } => {
                 let name = meta.name.clone();
-                match self.sender.open_channel(meta) {
+                let opened = match &self.link {
+                    Some(w) if !w.health.is_up() => {
+                        w.health.count_refused();
+                        Err(format!(
+                            "the link to {} is down ({})",
+                            w.health.dest,
+                            w.health.last_down()
+                        ))
+                    }
+                    _ => self.sender.open_channel(meta).map_err(|e| e.to_string()),
+                };
+                match opened {
                     Ok(id) => {
                         tracing::debug!(channel = %id, name = %name, "channel opened");
                         self.by_id.insert(
@@ -658,7 +760,7 @@ impl Core {
                         tracing::error!(name = %name, "channel refused: {e}");
                         self.notify(SentNotice {
                             token,
-                            status: SentStatus::Refused(e.to_string()),
+                            status: SentStatus::Refused(e.clone()),
                             bytes: 0,
                             digest: None,
                         });
@@ -666,7 +768,7 @@ impl Core {
                             name: name.clone(),
                             bytes: 0,
                             digest: String::new(),
-                            status: SentStatus::Refused(e.to_string()),
+                            status: SentStatus::Refused(e),
                         });
                         self.tokens.insert(token, Chan { id: None, name });
                     }
@@ -721,6 +823,46 @@ impl Core {
         self.input_done = true;
     }
 
+    /// Looks at the link's path (one link of several) and acts on a change.
+    fn look_at_link(&mut self, now: diodon_proto::Timestamp) {
+        let udp = &self.udp;
+        if let Some(change) = self.link.as_mut().and_then(|w| w.look(udp)) {
+            self.link_changed(now, change);
+        }
+    }
+
+    /// The link went down (every channel in the core is aborted: its source
+    /// sees it fail, the receiver drops it) or came back.
+    fn link_changed(&mut self, now: diodon_proto::Timestamp, change: Change) {
+        let Some(w) = &self.link else { return };
+        let dest = w.health.dest;
+        match change {
+            Change::Down(why) => {
+                let open = self.by_id.len();
+                w.health.count_aborted(open as u64);
+                tracing::warn!(
+                    link = %dest,
+                    "the link to {dest} is down ({why}): its {open} channels in flight are \
+                     aborted and new channels take the other links"
+                );
+                self.pending = None;
+                for chan in self.tokens.values_mut() {
+                    chan.id = None;
+                }
+                let ids: Vec<ChannelId> = self.by_id.keys().copied().collect();
+                for id in ids {
+                    if let Err(e) = self.sender.abort(now, id) {
+                        tracing::debug!(channel = %id, "abort: {e}");
+                    }
+                }
+            }
+            Change::Up => tracing::warn!(
+                link = %dest,
+                "the link to {dest} is up again: new channels take it"
+            ),
+        }
+    }
+
     /// Sends one batch if the core has one; returns whether it did.
     fn send_batch(&mut self, now: diodon_proto::Timestamp) -> Result<bool, PipelineError> {
         let Some(transmit) = self
@@ -729,11 +871,26 @@ impl Core {
         else {
             return Ok(false);
         };
-        let report = self.udp.send(
+        let sent = self.udp.send(
             self.dest,
             &self.buf[..transmit.size],
             transmit.segment_len(),
-        )?;
+        );
+        let report = match (sent, &mut self.link) {
+            (Ok(r), _) => r,
+            (Err(e), Some(watch)) if path_failure(&e) => {
+                // One link of several: what it cannot carry is lost like
+                // on a lossy link, and the link is down.
+                if let Some(change) = watch.send_failed(&e.to_string()) {
+                    self.link_changed(now, change);
+                }
+                return Ok(true);
+            }
+            (Err(e), _) => return Err(e.into()),
+        };
+        if let Some(w) = &self.link {
+            w.health.count_datagrams(report.datagrams);
+        }
         self.progress
             .datagrams
             .fetch_add(report.datagrams, Ordering::Relaxed);
@@ -838,6 +995,18 @@ impl Core {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => self.input_done = true,
         }
+    }
+}
+
+/// Whether a send failed on the path (network or host unreachable, the
+/// interface down, the kernel's queue stalled) rather than on the socket.
+fn path_failure(e: &UdpError) -> bool {
+    match e {
+        UdpError::Send { source, .. } => {
+            source.raw_os_error().is_some_and(diodon_io::is_path_error)
+        }
+        UdpError::SendStalled { .. } => true,
+        _ => false,
     }
 }
 

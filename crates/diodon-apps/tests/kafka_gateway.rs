@@ -248,6 +248,97 @@ fn run_two_links(bootstrap: &str) -> Result<(), String> {
     compare(bootstrap, bootstrap)
 }
 
+#[test]
+fn one_sender_spreads_the_partitions_over_two_links() {
+    if !require_kafka("one_sender_spreads_the_partitions_over_two_links") {
+        return;
+    }
+    let ns = Namespace::new(&format!("dk-ml-{}", std::process::id()));
+    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let bootstrap = broker.bootstrap().to_string();
+    in_namespace(
+        &ns,
+        move || run_one_sender_two_links(&bootstrap),
+        "broker",
+        || broker.log_tail(),
+    );
+}
+
+/// One sender, `--to` twice: the six partitions spread over both links by
+/// their topic-partition, each link its own session and receiver, both
+/// receivers producing into one far topic. Every record arrives once, in
+/// order, and both links carry records.
+fn run_one_sender_two_links(bootstrap: &str) -> Result<(), String> {
+    create_topics(bootstrap, &["src", "far-src"])?;
+    produce(bootstrap, 0, 900)?;
+    let hold = (Duration::from_secs(30), DEFAULT_HOLD_BYTES);
+    let recv_stop = Arc::new(AtomicBool::new(false));
+    let receivers = [
+        start_receiver_on(PORT + 4, bootstrap, hold, &recv_stop),
+        start_receiver_on(PORT + 5, bootstrap, hold, &recv_stop),
+    ];
+    let send_stop = Arc::new(AtomicBool::new(false));
+    let (brokers, stop) = (bootstrap.to_owned(), Arc::clone(&send_stop));
+    let sender = std::thread::spawn(move || {
+        let second = send_options(PORT + 5);
+        run_send(
+            SendJob {
+                opts: send_options(PORT + 4),
+                input: SendInput::Kafka(KafkaSourceOptions {
+                    brokers,
+                    topic: "src".into(),
+                    group: "diodon-ml".into(),
+                    segment_bytes: 256 << 10,
+                    segment_age: Duration::from_millis(300),
+                    passes: 1,
+                    timeout: Duration::from_secs(30),
+                }),
+                metrics: None,
+                stop,
+                more_links: vec![diodon_apps::gateway::LinkTarget {
+                    dest: second.dest,
+                    udp: second.udp,
+                    config: second.config,
+                }],
+            },
+            |_| {},
+        )
+        .map_err(|e| e.to_string())
+    });
+    wait_far(bootstrap, 900, 60)?;
+    std::thread::sleep(Duration::from_secs(1));
+    send_stop.store(true, Ordering::Relaxed);
+    let sent = sender.join().map_err(|_| "sender panicked".to_string())??;
+    recv_stop.store(true, Ordering::Relaxed);
+    let mut sinks = Vec::new();
+    for r in receivers {
+        let r = r.join().map_err(|_| "receiver panicked".to_string())??;
+        sinks.push(
+            r.kafka
+                .ok_or("a receiver's summary has no Kafka counters")?,
+        );
+    }
+    eprintln!(
+        "links: {:?}
+receivers: {sinks:?}",
+        sent.links
+    );
+    if sent.links.len() != 2 || sent.links.iter().any(|l| l.bytes == 0) {
+        return Err(format!("both links carry segments: {:?}", sent.links));
+    }
+    if sinks.iter().any(|k| k.produced == 0) {
+        return Err(format!("both receivers produce: {sinks:?}"));
+    }
+    let produced: u64 = sinks.iter().map(|k| k.produced).sum();
+    let gaps: u64 = sinks.iter().map(|k| k.gaps).sum();
+    if produced != 900 || gaps != 0 || sinks.iter().any(|k| k.failed != 0) {
+        return Err(format!(
+            "receivers {sinks:?}: want 900 records produced between them, no gap, no failure"
+        ));
+    }
+    compare(bootstrap, bootstrap)
+}
+
 /// Records of the bulk phase of [`run_past_hold`], 25 KB each.
 const BULK: u32 = 8_000;
 
@@ -942,6 +1033,7 @@ fn start_sender_to(
                 }),
                 metrics: None,
                 stop,
+                more_links: Vec::new(),
             },
             |_| {},
         )

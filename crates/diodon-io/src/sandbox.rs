@@ -700,8 +700,15 @@ fn allow_list(groups: &[Syscalls]) -> AllowList {
                     libc::PR_SET_NO_NEW_PRIVS,
                 ];
                 a.when(libc::SYS_prctl, values(0, &prctl.map(|v| v as u64)));
-                // isatty, the terminal's size, non-blocking and close-on-exec.
-                let ioctl = [libc::TCGETS, libc::TIOCGWINSZ, libc::FIONBIO, libc::FIOCLEX];
+                // isatty, the terminal's size, non-blocking and close-on-exec;
+                // an interface's flags, read (a sender watching its links).
+                let ioctl = [
+                    libc::TCGETS,
+                    libc::TIOCGWINSZ,
+                    libc::FIONBIO,
+                    libc::FIOCLEX,
+                    libc::SIOCGIFFLAGS,
+                ];
                 a.when(libc::SYS_ioctl, values(1, &ioctl.map(u64::from)));
             }
             Syscalls::ReadFiles => {

@@ -440,6 +440,27 @@ pub fn set_mtu(name: &str, mtu: u32) -> io::Result<()> {
     if_ioctl(libc::SIOCSIFMTU, &mut req)
 }
 
+/// An interface's flags (`IFF_UP`, `IFF_RUNNING`, …) in the calling
+/// thread's namespace.
+pub fn interface_flags(name: &str) -> io::Result<libc::c_int> {
+    interface_flags_on(ioctl_socket()?.as_raw_fd(), name)
+}
+
+/// An interface's flags in the namespace of the open socket `fd` (a
+/// sandboxed process may not open a new one).
+#[expect(unsafe_code, reason = "SIOCGIFFLAGS has no safe std wrapper")]
+pub(crate) fn interface_flags_on(fd: RawFd, name: &str) -> io::Result<libc::c_int> {
+    let mut req = ifreq(name)?;
+    // SAFETY: `req` is a valid ifreq that lives for the call; the fd is open.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &raw mut req) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFFLAGS filled the flags member.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    Ok(libc::c_int::from(flags.cast_unsigned()))
+}
+
 /// Brings an interface up.
 #[expect(unsafe_code, reason = "reading the union field the ioctl filled")]
 pub fn set_up(name: &str) -> io::Result<()> {

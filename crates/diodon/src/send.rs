@@ -9,13 +9,13 @@
 //! ```
 
 use crate::args::SendArgs;
-use crate::config::{pick, FileConfig, Link};
+use crate::config::{pick, FileConfig, Link, LinkTable};
 use crate::fatal::Fatal;
 use crate::progress;
 use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::files::collect;
-use diodon_apps::gateway::{open_send, MetricsOptions, SendInput, SendJob};
+use diodon_apps::gateway::{open_send, LinkTarget, MetricsOptions, SendInput, SendJob};
 use diodon_apps::kafka::KafkaSourceOptions;
 use diodon_apps::link::udp_source_options;
 use diodon_apps::report::Exit;
@@ -34,8 +34,12 @@ use std::time::Duration;
 pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
-    let (to, bind, tcp_listen, linger, no_gso) = args.resolve(&file);
-    let to = to.context("--to ADDR is required").map_err(Fatal::config)?;
+    let (_, _, tcp_listen, linger, no_gso) = args.resolve(&file);
+    let links = args.links(&file).map_err(Fatal::config)?;
+    let Some(first) = links.first().cloned() else {
+        return Err(Fatal::config(anyhow!("--to ADDR is required")));
+    };
+    let to = first.to;
     let udp_listen = pick(args.udp_listen.as_ref(), file.udp_listen.as_ref());
     let stdin = args.paths.iter().any(|p| p.as_os_str() == "-");
     let kafka = pick(args.kafka.as_ref(), file.kafka.as_ref());
@@ -50,16 +54,18 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
-    let mut config = sender_config(&link, to)?;
-    if udp_listen.is_some() {
-        // Datagram flows wait in their source socket (sized for the rate),
-        // not in the core: the core holds the two interleave groups it
-        // needs, so a source faster than the link shows as counted socket
-        // drops at once instead of as seconds of queued latency.
-        config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
-    }
-    config.validate().map_err(|e| Fatal::config(e.into()))?;
-    let udp = socket(&link, bind, to, no_gso);
+    let flows = udp_listen.is_some();
+    let (config, udp) = link_core(&link, &first, flows, no_gso)?;
+    let more_links = links[1..]
+        .iter()
+        .map(|l| {
+            link_core(&link, l, flows, no_gso).map(|(config, udp)| LinkTarget {
+                dest: l.to,
+                udp,
+                config,
+            })
+        })
+        .collect::<Result<Vec<_>, Fatal>>()?;
     let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
     let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
     let input = if let Some(brokers) = kafka {
@@ -113,8 +119,32 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             device: link.device.clone(),
         }),
         stop: Arc::clone(&stop),
+        more_links,
     };
     execute(job, &link, Some((send_policy(&sources, &sandbox), stop)))
+}
+
+/// The core and socket of one link (`datagram_flows`: `--udp-listen`).
+fn link_core(
+    link: &Link,
+    l: &LinkTable,
+    datagram_flows: bool,
+    no_gso: bool,
+) -> Result<(SenderConfig, UdpConfig), Fatal> {
+    let mut config = sender_config(link, l.to)?;
+    if datagram_flows {
+        // Datagram flows wait in their source socket (sized for the rate),
+        // not in the core: the core holds the two interleave groups it
+        // needs, so a source faster than the link shows as counted socket
+        // drops at once instead of as seconds of queued latency.
+        config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
+    }
+    config.validate().map_err(|e| Fatal::config(e.into()))?;
+    let mut udp = socket(link, l.bind, l.to, no_gso);
+    if l.device.is_some() {
+        udp.device.clone_from(&l.device);
+    }
+    Ok((config, udp))
 }
 
 /// The Kafka source's settings: `--topic` is required.

@@ -113,6 +113,7 @@ fn send(a: &TunnelSendArgs) -> Result<Exit, Fatal> {
             device: link.device.clone(),
         }),
         stop: Arc::clone(&stop),
+        more_links: Vec::new(),
     };
     let policy = send_policy(&SendSources::Tun, &sandbox);
     execute(job, &link, Some((policy, stop)))

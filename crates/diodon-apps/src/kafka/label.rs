@@ -34,6 +34,14 @@ pub struct ChannelLabel {
 }
 
 impl ChannelLabel {
+    /// What picks the link of this channel when a sender drives several
+    /// (`crate::multilink`): the topic-partition, so that every segment of
+    /// a partition takes one link while it is up and the far side
+    /// produces them in order.
+    pub fn link_key(&self) -> Vec<u8> {
+        format!("{}/{}", self.topic, self.partition).into_bytes()
+    }
+
     /// Parses `kafka:TOPIC/PARTITION` or `kafka:TOPIC/PARTITION@FROM`;
     /// `None` for any other name, a topic Kafka would not accept (1–249 of
     /// `A-Z a-z 0-9 . _ -`) or a partition or offset that is not a

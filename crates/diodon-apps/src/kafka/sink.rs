@@ -176,6 +176,8 @@ struct Open {
     /// The source offset from which the channel holds every record of the
     /// partition: its label's `FROM`, then the offset after each record.
     vouched: Option<u64>,
+    /// Records parsed so far.
+    records: u64,
     /// Its trailer arrived (its verdict was given) while an earlier
     /// channel of the partition was still open.
     done: bool,
@@ -341,6 +343,30 @@ impl KafkaSink {
         ))
     }
 
+    /// The next source offset of `target` once the far partition is read
+    /// again: `n`, or more when another receiver produced records there
+    /// since this sink last looked (each link has its own receiver). A far
+    /// cluster that does not answer leaves `n` (the jump counts as a gap).
+    fn produced_elsewhere(&self, target: &(String, i32), n: u64) -> u64 {
+        match self.resume_point(&target.0, target.1) {
+            Ok(Some(far)) if far > n => {
+                tracing::info!(
+                    topic = target.0,
+                    partition = target.1,
+                    "far {}/{}: source offsets {n}..{far} were produced through another link",
+                    target.0,
+                    target.1
+                );
+                far
+            }
+            Ok(_) => n,
+            Err(e) => {
+                tracing::warn!("reading far {}/{} again: {e}", target.0, target.1);
+                n
+            }
+        }
+    }
+
     /// Parses the complete records in `open.pending` and produces those
     /// not yet produced.
     fn drain(&mut self, key: ChannelKey, open: &mut Open) -> Result<(), String> {
@@ -359,17 +385,20 @@ impl KafkaSink {
                     ))
                 }
             };
-            let next = &mut self
-                .parts
-                .entry(open.target.clone())
-                .or_insert(Partition {
-                    next: None,
-                    order: VecDeque::new(),
-                })
-                .next;
             let offset = record.source_offset;
+            let first = open.records == 0;
+            open.records += 1;
             let vouched = open.vouched.replace(offset.saturating_add(1));
-            if let Some(n) = *next {
+            let mut next = self.parts.get(&open.target).and_then(|p| p.next);
+            if let Some(n) = next.filter(|&n| first && offset > n) {
+                if vouched.map_or(offset, |v| v.clamp(n, offset)) > n {
+                    // A jump at a segment's start: the partition may have
+                    // crossed another link meanwhile (a link down, a
+                    // rebalance), whose receiver produced those offsets.
+                    next = Some(self.produced_elsewhere(&open.target, n));
+                }
+            }
+            if let Some(n) = next {
                 if offset < n {
                     self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -398,7 +427,13 @@ impl KafkaSink {
                     }
                 }
             }
-            *next = Some(offset + 1);
+            self.parts
+                .entry(open.target.clone())
+                .or_insert(Partition {
+                    next: None,
+                    order: VecDeque::new(),
+                })
+                .next = Some(offset + 1);
             if let Err(e) = self.produce(&open.target, &record) {
                 break Err(e);
             }
@@ -775,6 +810,7 @@ impl Sink for KafkaSink {
                         bytes: 0,
                         failed_before: self.stats.failed.load(Ordering::Relaxed),
                         vouched: label.from,
+                        records: 0,
                         done: false,
                     },
                 );

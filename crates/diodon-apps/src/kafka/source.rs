@@ -424,7 +424,7 @@ impl Running {
             };
             let token = self
                 .handle()?
-                .open(ChannelMeta::stream(label.to_string()))
+                .open_keyed(ChannelMeta::stream(label.to_string()), &label.link_key())
                 .map_err(closed)?;
             self.stats.segments.fetch_add(1, Ordering::Relaxed);
             self.segs.open.insert(
@@ -504,10 +504,10 @@ impl Running {
                 handle.data(s.token, s.buf).map_err(closed)?;
             }
             handle.finish(s.token).map_err(closed)?;
-            let name = s.label.to_string();
+            let (name, key) = (s.label.to_string(), s.label.link_key());
             for _ in 1..opts.passes {
                 let copy = handle
-                    .open(ChannelMeta::stream(name.clone()))
+                    .open_keyed(ChannelMeta::stream(name.clone()), &key)
                     .map_err(closed)?;
                 self.segs.copy_of.insert(copy, s.token);
                 self.stats.repeats.fetch_add(1, Ordering::Relaxed);

@@ -125,6 +125,21 @@ impl BatchSender {
         self.last_queued_errno.map(io::Error::from_raw_os_error)
     }
 
+    /// Whether the path to `peer` can carry datagrams now (the interface
+    /// `device` names, else the route's, up and with a carrier), asked
+    /// through this socket: its namespace, and no new socket (a sandboxed
+    /// sender may open none).
+    pub fn path_state(
+        &self,
+        peer: std::net::IpAddr,
+        device: Option<&str>,
+    ) -> crate::route::PathState {
+        let fd = self.fd.as_raw_fd();
+        crate::route::path_state_with(peer, device, |name| {
+            crate::tun::interface_flags_on(fd, name)
+        })
+    }
+
     /// The largest datagram payload this socket's family allows.
     pub fn max_payload(&self) -> usize {
         if self.setup.local.is_ipv6() {

@@ -11,9 +11,14 @@ use std::path::PathBuf;
 pub struct SendArgs {
     /// Files or directories (recursively); `-` for stdin.
     pub paths: Vec<PathBuf>,
-    /// Receiver address, e.g. `10.77.0.2:7700` or `[fd77::2]:7700`.
+    /// Receiver address, e.g. `10.77.0.2:7700` or `[fd77::2]:7700`. Give it
+    /// again for more links (or `[[link]]` tables in the file): channels
+    /// spread over the links by a stable hash of their name (a Kafka
+    /// partition keeps to one link), each link its own session, pacing at
+    /// --rate and counters; a link that goes down is reported, its channels
+    /// in flight fail and new ones take the others.
     #[arg(long)]
-    pub to: Option<SocketAddr>,
+    pub to: Vec<SocketAddr>,
     /// Local address to send from (default: any, same family as --to).
     #[arg(long)]
     pub bind: Option<SocketAddr>,

@@ -10,12 +10,27 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// One `[[link]]` table: a link of a sender with several.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LinkTable {
+    /// The link's receiver.
+    pub to: SocketAddr,
+    /// The local address it sends from (default: `bind`, else any).
+    pub bind: Option<SocketAddr>,
+    /// The interface it is bound to (default: `device`, else the route's).
+    pub device: Option<String>,
+}
+
 /// The TOML file: every long flag, with `_` or `-` in names.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FileConfig {
     /// `to` (send, tap, tunnel send).
     pub to: Option<SocketAddr>,
+    /// `[[link]]` tables (send): one link each, instead of `to`.
+    #[serde(default)]
+    pub link: Vec<LinkTable>,
     /// `bind` (send, tap, tunnel send).
     pub bind: Option<SocketAddr>,
     pub(crate) listen: Option<SocketAddr>,

@@ -1,0 +1,327 @@
+//! Several links from one host: `diodon send --to A --to B` over two veth
+//! links between two namespaces, one `diodon recv` per link, both writing
+//! into one shared folder.
+//!
+//! ```text
+//!  NAME-tx: diodon send --to 10.81.1.2 --to 10.81.2.2 ─ml-a═══ 10.81.1.2: recv ─┐
+//!                                                     ─ml-b═══ 10.81.2.2: recv ─┴─► one out folder
+//! ```
+//!
+//! Needs root and network namespaces: without them each test prints why
+//! and passes, except under `CI=true`, where it fails. One at a time.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
+#![expect(clippy::disallowed_methods, reason = "a test waits on the wall clock")]
+
+use diodon_testkit::Namespace;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_diodon");
+static LOCK: Mutex<()> = Mutex::new(());
+const LINK_A: &str = "10.81.1.2:7700";
+const LINK_B: &str = "10.81.2.2:7700";
+
+/// Two namespaces joined by two veth links, `ml-a` (10.81.1.0/24) and
+/// `ml-b` (10.81.2.0/24); a folder for sources and the shared output.
+struct Bed {
+    tx: Namespace,
+    rx: Namespace,
+    dir: PathBuf,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Bed {
+    fn up(test: &str) -> Option<Bed> {
+        let lock = LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !diodon_testkit::require_netns(test) {
+            return None;
+        }
+        let id = std::process::id();
+        let tx = Namespace::new(&format!("dml{id}-tx"));
+        let rx = Namespace::new(&format!("dml{id}-rx"));
+        for (dev, net) in [("ml-a", "10.81.1"), ("ml-b", "10.81.2")] {
+            let peer = format!("{dev}-r");
+            diodon_testkit::run(&[
+                "ip",
+                "link",
+                "add",
+                dev,
+                "netns",
+                tx.name(),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer,
+                "netns",
+                rx.name(),
+            ]);
+            for (ns, d, host) in [(&tx, dev, "1"), (&rx, peer.as_str(), "2")] {
+                let addr = format!("{net}.{host}/24");
+                diodon_testkit::run(&["ip", "-n", ns.name(), "addr", "add", &addr, "dev", d]);
+                diodon_testkit::run(&["ip", "-n", ns.name(), "link", "set", d, "up"]);
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("diodon-multilink-{test}-{id}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        std::fs::create_dir_all(dir.join("out")).unwrap();
+        Some(Bed {
+            tx,
+            rx,
+            dir,
+            _lock: lock,
+        })
+    }
+
+    /// One receiver per link, both into `out`.
+    fn receivers(&self) -> Vec<Child> {
+        let out = self.dir.join("out");
+        let out = out.to_str().unwrap();
+        let rx = [LINK_A, LINK_B].map(|at| {
+            spawn(
+                &self.rx,
+                &[
+                    "recv", "--listen", at, "--out", out, "--rate", "200mbit", "--json",
+                ],
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        rx.into()
+    }
+
+    /// `n` files of `size` bytes under `src`, each with its own content.
+    fn files(&self, n: usize, size: usize) -> BTreeMap<String, Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                let name = format!("f{i:03}.bin");
+                let body: Vec<u8> = (0..size)
+                    .map(|j| (j.wrapping_mul(31) ^ i.wrapping_mul(7919) ^ (j >> 9)) as u8)
+                    .collect();
+                std::fs::write(self.dir.join("src").join(&name), &body).unwrap();
+                (name, body)
+            })
+            .collect()
+    }
+
+    /// `diodon send` of every source file over both links.
+    fn sender(&self, rate: &str) -> Child {
+        let src = self.dir.join("src");
+        spawn(
+            &self.tx,
+            &[
+                "send",
+                "--to",
+                LINK_A,
+                "--to",
+                LINK_B,
+                "--rate",
+                rate,
+                "--json",
+                src.to_str().unwrap(),
+            ],
+        )
+    }
+}
+
+/// `diodon ARGS` in `ns`, its output piped.
+fn spawn(ns: &Namespace, args: &[&str]) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits for `child` (killed after 120 s), returns its JSON summary and
+/// its stderr.
+fn finish(child: Child, what: &str) -> (Value, String) {
+    let pid = child.id();
+    let killer = std::thread::spawn(move || {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(100));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return;
+            }
+        }
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    let out: Output = child.wait_with_output().unwrap();
+    let _ = killer.join();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!("--- {what} (exit {:?}) ---\n{err}", out.status.code());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("{what}: no JSON summary"));
+    (serde_json::from_str(line).unwrap(), err)
+}
+
+/// Stops the receivers (SIGINT, by PID) and returns their summaries.
+fn stop(receivers: Vec<Child>) -> Vec<Value> {
+    for r in &receivers {
+        let _ = Command::new("kill")
+            .args(["-INT", &r.id().to_string()])
+            .status();
+    }
+    receivers
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| finish(r, &format!("receiver {i}")).0)
+        .collect()
+}
+
+/// The regular files of `out/src` (where the receivers put `src/…`), by
+/// name.
+fn delivered(out: &Path) -> BTreeMap<String, Vec<u8>> {
+    let out = out.join("src");
+    let Ok(dir) = std::fs::read_dir(&out) else {
+        return BTreeMap::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .map(|n| {
+            let body = std::fs::read(out.join(&n)).unwrap();
+            (n, body)
+        })
+        .collect()
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+#[test]
+fn files_spread_over_two_links_into_one_folder() {
+    let Some(bed) = Bed::up("files_spread_over_two_links_into_one_folder") else {
+        return;
+    };
+    let files = bed.files(40, 300_000);
+    let rx = bed.receivers();
+    let (sent, _) = finish(bed.sender("200mbit"), "sender");
+    let got = stop(rx);
+    let links = sent["links"].as_array().expect("a summary per link");
+    assert_eq!(links.len(), 2, "{sent}");
+    assert_eq!(num(&sent, "channels_sent"), 40, "{sent}");
+    assert_eq!(num(&sent, "channels_failed"), 0, "{sent}");
+    for (l, to) in links.iter().zip([LINK_A, LINK_B]) {
+        assert_eq!(l["to"], to);
+        assert!(
+            num(l, "channels_sent") >= 8,
+            "a link carried few files: {l}"
+        );
+        assert_eq!(l["health"]["down_events"], 0, "{l}");
+    }
+    let sessions: Vec<&str> = links
+        .iter()
+        .map(|l| l["session"].as_str().unwrap())
+        .collect();
+    assert_ne!(sessions[0], sessions[1], "each link is its own session");
+    for (r, l) in got.iter().zip(links) {
+        assert_eq!(
+            num(r, "channels_complete"),
+            num(l, "channels_sent"),
+            "each receiver verified what its link carried: {r}"
+        );
+    }
+    assert_eq!(delivered(&bed.dir.join("out")), files);
+}
+
+#[test]
+fn a_link_that_goes_down_is_reported_and_the_rest_takes_the_other() {
+    let Some(bed) = Bed::up("a_link_that_goes_down_is_reported_and_the_rest_takes_the_other")
+    else {
+        return;
+    };
+    // 60 files of 1 MB at 50 Mbit/s per link: about 5 s in all.
+    let files = bed.files(60, 1_000_000);
+    let rx = bed.receivers();
+    let tx = bed.sender("50mbit");
+    std::thread::sleep(Duration::from_millis(1500));
+    diodon_testkit::run(&["ip", "-n", bed.tx.name(), "link", "set", "ml-b", "down"]);
+    let (sent, log) = finish(tx, "sender");
+    let _ = stop(rx);
+    // Whichever sees it first: the core's look at the interface, or a send
+    // the kernel refuses (the route went with the interface).
+    let why = ["interface ml-b is down", "Network is unreachable"];
+    let said = log
+        .lines()
+        .find(|l| l.contains(&format!("the link to {LINK_B} is down (")))
+        .expect("the sender did not say that link B went down");
+    assert!(why.iter().any(|w| said.contains(w)), "{said}");
+    let links = sent["links"].as_array().expect("a summary per link");
+    let (a, b) = (&links[0], &links[1]);
+    assert_eq!(b["health"]["down_events"], 1, "{b}");
+    assert_eq!(b["health"]["up"], 0, "{b}");
+    let last = b["last_down"].as_str().unwrap_or_default();
+    assert!(why.iter().any(|w| last.contains(w)), "{b}");
+    assert_eq!(a["health"]["down_events"], 0, "{a}");
+    assert!(
+        num(b, "channels_sent") > 0,
+        "link B carried files before: {b}"
+    );
+    assert!(
+        num(a, "channels_sent") > 30,
+        "link A took over the rest: {a}"
+    );
+    // Every file either arrived whole under its name or is named failed by
+    // the sender; nothing partial is left under a final name.
+    let failed: Vec<String> = sent["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] != "sent")
+        .map(|c| {
+            c["name"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("src/")
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        !failed.is_empty() && failed.len() < 30,
+        "the files in flight on link B fail, and only they: {failed:?}"
+    );
+    assert_eq!(
+        num(&sent, "channels_sent") + num(&sent, "channels_failed"),
+        60,
+        "{sent}"
+    );
+    let got = delivered(&bed.dir.join("out"));
+    for (name, body) in &files {
+        let is_failed = failed.iter().any(|f| f == name);
+        match got.get(name) {
+            Some(b) => {
+                assert!(!is_failed, "{name} arrived but the sender says it failed");
+                assert!(b == body, "{name} arrived with other bytes");
+            }
+            None => assert!(
+                is_failed,
+                "{name} is missing and the sender says it was sent"
+            ),
+        }
+    }
+}
