@@ -21,7 +21,8 @@
 //! file (`Assembled`) is hashed here before its rename; a mismatch sends it
 //! to the quarantine and forgets it.
 //!
-//! A crash leaves at most a staging file (removed at the next start), never
+//! A crash leaves at most a staging file (removed at the next start; one a
+//! live receiver sharing the folder holds is locked and left alone), never
 //! a partial file under its final name; a failure removes or quarantines its
 //! staging file when it happens. Parent directories are created one
 //! component at a time and an existing symlink is never followed. A file
@@ -441,7 +442,9 @@ impl FileSink {
         let mut stale = 0;
         for entry in fs::read_dir(&staging).map_err(io_err(&staging))? {
             let entry = entry.map_err(io_err(&staging))?;
-            if entry.file_type().is_ok_and(|t| t.is_file()) && fs::remove_file(entry.path()).is_ok()
+            if entry.file_type().is_ok_and(|t| t.is_file())
+                && !in_use(&entry.path())
+                && fs::remove_file(entry.path()).is_ok()
             {
                 stale += 1;
             }
@@ -1062,15 +1065,29 @@ impl Sink for FileSink {
     }
 }
 
-/// A new staging file, owner-only, never through a symlink.
+/// A new staging file, owner-only, never through a symlink, locked while
+/// it is open: a second receiver sharing the folder (one per link) that
+/// starts meanwhile leaves it alone ([`in_use`]).
 fn create_staging(path: &Path) -> Result<File, SinkFailure> {
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
-        .map_err(SinkFailure::file(FileOp::CreateStaging))
+        .map_err(SinkFailure::file(FileOp::CreateStaging))?;
+    // A filesystem without locks only loses that protection.
+    let _ = diodon_io::fs::try_lock(&file);
+    Ok(file)
+}
+
+/// Whether a live receiver holds the staging file at `path` (its lock).
+fn in_use(path: &Path) -> bool {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .is_ok_and(|f| matches!(diodon_io::fs::try_lock(&f), Ok(false)))
 }
 
 /// Whether the file at `path` is `bytes` long and hashes to `digest`.
@@ -1468,6 +1485,52 @@ mod tests {
         fs::write(dir.path().join(STAGING).join("dead.part"), b"partial").unwrap();
         drop(sink(dir.path(), false));
         assert!(staging_is_empty(dir.path()));
+    }
+
+    #[test]
+    fn a_second_receiver_leaves_the_first_ones_staging_files_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = sink(dir.path(), false);
+        first
+            .handle(SinkEvent::Opened {
+                key: key(1),
+                meta: meta("a.bin", 4),
+            })
+            .unwrap();
+        first
+            .handle(SinkEvent::Data {
+                key: key(1),
+                offset: 0,
+                data: vec![1, 2],
+            })
+            .unwrap();
+        assert!(
+            !staging_is_empty(dir.path()),
+            "the first receiver stages a.bin"
+        );
+        // One receiver per link, sharing the folder: the second starts now.
+        drop(sink(dir.path(), false));
+        assert!(
+            !staging_is_empty(dir.path()),
+            "a live staging file was removed"
+        );
+        let out = first
+            .handle(SinkEvent::Data {
+                key: key(1),
+                offset: 2,
+                data: vec![3, 4],
+            })
+            .and_then(|_| {
+                first.handle(SinkEvent::Complete {
+                    key: key(1),
+                    bytes: 4,
+                    digest: *blake3::hash(&[1, 2, 3, 4]).as_bytes(),
+                })
+            })
+            .unwrap()
+            .unwrap();
+        assert!(matches!(out.verdict, Verdict::Verified { .. }), "{out:?}");
+        assert_eq!(fs::read(dir.path().join("a.bin")).unwrap(), [1, 2, 3, 4]);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! it may still be written (`fstatvfs(3)`), for callers that must refuse
 //! what cannot fit before they write a byte of it; and extended attributes
 //! of an open file (`fsetxattr(2)`, `fgetxattr(2)`), where a receiver keeps
-//! the digest of a file it verified.
+//! the digest of a file it verified; and an exclusive advisory lock on an
+//! open file (`flock(2)`), by which receivers sharing a folder tell a live
+//! staging file from one a crash left.
 //!
 //! ```text
 //!  path ─► open (O_RDONLY | O_CLOEXEC) ─► fstatvfs(fd) ─► Space { total, available }
@@ -13,6 +15,27 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+
+/// Takes an exclusive `flock` on `file` without waiting: `Ok(true)` when
+/// taken (held until every descriptor of this open file is closed),
+/// `Ok(false)` when another open file holds it.
+#[expect(
+    unsafe_code,
+    reason = "flock(2) has no safe std wrapper before Rust 1.89"
+)]
+pub fn try_lock(file: &File) -> io::Result<bool> {
+    // SAFETY: flock on an open descriptor; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
 
 /// The size of a filesystem and the room left on it, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +125,19 @@ mod tests {
         assert!(s.total > 0, "{s:?}");
         assert!(s.available <= s.total, "{s:?}");
         assert!(space(Path::new("/nonexistent/diodon")).is_err());
+    }
+
+    #[test]
+    fn a_lock_is_held_until_its_file_closes() {
+        let path = std::env::temp_dir().join(format!("diodon-flock-{}", std::process::id()));
+        std::fs::write(&path, b"x").expect("write");
+        let first = File::open(&path).expect("open");
+        assert!(try_lock(&first).expect("flock"));
+        let second = File::open(&path).expect("open again");
+        assert!(!try_lock(&second).expect("flock"), "two holders");
+        drop(first);
+        assert!(try_lock(&second).expect("flock"), "released on close");
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

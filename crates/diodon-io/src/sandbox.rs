@@ -589,7 +589,7 @@ mod table {
         SYS_inotify_init1, SYS_inotify_rm_watch,
         SYS_exit, SYS_exit_group, SYS_faccessat, SYS_fadvise64, SYS_fallocate, SYS_fchmod,
         SYS_fgetxattr, SYS_fsetxattr,
-        SYS_fchmodat, SYS_fcntl, SYS_fdatasync, SYS_fstat, SYS_fstatfs, SYS_fsync,
+        SYS_fchmodat, SYS_fcntl, SYS_fdatasync, SYS_flock, SYS_fstat, SYS_fstatfs, SYS_fsync,
         SYS_ftruncate, SYS_futex, SYS_getdents64, SYS_getegid, SYS_geteuid, SYS_getgid,
         SYS_getcwd, SYS_getpeername, SYS_getpid, SYS_getrandom, SYS_getrusage, SYS_getsockname,
         SYS_getsockopt, SYS_gettid, SYS_gettimeofday, SYS_getuid, SYS_ioctl, SYS_lseek,
@@ -634,6 +634,9 @@ mod table {
         SYS_fallocate, SYS_fstatfs, SYS_statfs, SYS_readlinkat, SYS_faccessat,
         // A sync mirror keeps each verified file's digest as an attribute.
         SYS_fgetxattr, SYS_fsetxattr,
+        // A receiver locks its staging files (another receiver sharing the
+        // folder leaves them alone).
+        SYS_flock,
         #[cfg(target_arch = "x86_64")] SYS_open,
         #[cfg(target_arch = "x86_64")] SYS_mkdir,
         #[cfg(target_arch = "x86_64")] SYS_rename,
