@@ -20,11 +20,18 @@
 #                     per GB of payload of sender and receiver (utime + stime from
 #                     /proc/PID/stat, start to done), and each process's and broker's
 #                     CPU as a share of one core over the same span
-#   print the table; write it to results/kafka-bench/<UTC timestamp>.md (unless --no-record)
+#     with --links 2, then again over two links: a second veth pair (10.78.0.1 ->
+#                     10.78.0.2, same MTU, static neighbours, no guard and no loss),
+#                     one diodon send --to 10.77.0.2:7700 --to 10.78.0.2:7700, one
+#                     diodon recv per link producing into the same far topic
+#                     (two-kafka-bench-S, --topic-prefix two-) = the aggregate records/s
+#                     as a ratio to the one-link run of the same row, CPU s/GB of the
+#                     sender and of both receivers together
+#   print the table(s); write them to results/kafka-bench/<UTC timestamp>.md (unless --no-record)
 #
 # Usage: scripts/bench-kafka.sh [--sizes "100 1000 100000"] [--records "N N N"] [--bytes BYTES]
 #                               [--rate RATE] [--mtu N] [--loss PCT] [--timeout SECONDS] [--stall SECONDS]
-#                               [--dir DIR] [--no-record]
+#                               [--links 1|2] [--dir DIR] [--no-record]
 # --records gives one record count per size (in the order of --sizes); --bytes instead
 # gives the payload per row (N = BYTES / S). --loss PCT drops PCT % of the link's
 # datagrams at random (testbed.sh --loss). Defaults: 100 B, 1 KB and 100 KB records,
@@ -34,6 +41,8 @@
 # no loss, 600 s per row at most, a row fails once the far topic has not grown for
 # 60 s (--stall); broker data and logs under /var/tmp/diodon-bench-kafka (--dir),
 # removed at the end, as are the brokers, diodon processes and testbed it started.
+# --links 2 (with --rate for each link, e.g. 300mbit, and without --loss) adds the
+# two-link run per row.
 # Exit status 1 when a row failed (a count differs, a process died, a stall, a timeout);
 # a failed row's sender and receiver logs are kept as
 # results/kafka-bench/<stamp>-<size>-{send,recv}.log (unless --no-record).
@@ -56,6 +65,8 @@ RECORD=yes
 PARTITIONS=6
 BROKER=127.0.0.1:9092
 RX_IP=10.77.0.2
+RX2_IP=10.78.0.2
+LINKS=1
 CMDLINE=scripts/bench-kafka.sh
 [[ $# -eq 0 ]] || CMDLINE+=$(printf ' %q' "$@")
 export DIODON_TB=${DIODON_TB:-bkafka}
@@ -75,12 +86,15 @@ while [[ $# -gt 0 ]]; do
     --timeout) TIMEOUT=${2:?}; shift 2 ;;
     --stall) STALL=${2:?}; shift 2 ;;
     --dir) WORK=${2:?}; shift 2 ;;
+    --links) LINKS=${2:?}; shift 2 ;;
     --no-record) RECORD=no; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-kafka: unknown option $1" >&2; exit 2 ;;
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench-kafka: must run as root (it builds network namespaces)" >&2; exit 1; }
+[[ $LINKS == 1 || $LINKS == 2 ]] || { echo "bench-kafka: --links is 1 or 2" >&2; exit 2; }
+[[ $LINKS == 1 || -z $LOSS ]] || { echo "bench-kafka: --links 2 runs without --loss (the second link has no loss rule)" >&2; exit 2; }
 read -r -a SIZE_LIST <<<"$SIZES"
 COUNT_LIST=()
 if [[ -n $RECORDS ]]; then
@@ -111,13 +125,13 @@ HZ=$(getconf CLK_TCK)
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # Everything this run starts, stopped by PID on the way out (error, Ctrl-C or done).
-NEAR_PID="" FAR_PID="" SEND_PID="" RECV_PID="" WAIT_PID="" PERF_PID=""
+NEAR_PID="" FAR_PID="" SEND_PID="" RECV_PID="" RECV2_PID="" WAIT_PID="" PERF_PID=""
 TB_UP=no
 STATUS=0
 # shellcheck disable=SC2317 # reached through the EXIT trap
 cleanup() {
     local pid
-    for pid in $SEND_PID $RECV_PID $WAIT_PID $PERF_PID; do
+    for pid in $SEND_PID $RECV_PID $RECV2_PID $WAIT_PID $PERF_PID; do
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
@@ -247,11 +261,98 @@ loss_args=()
 echo "bench-kafka: testbed $DIODON_TB up (MTU $MTU${LOSS:+, loss $LOSS %})" >&2
 TB_UP=yes
 bash "$TB" up --mtu "$MTU" "${loss_args[@]}" >/dev/null
+if [[ $LINKS == 2 ]]; then
+    # The second link: like the testbed's (static neighbours, GSO segmented before
+    # the veth), deleted with the namespaces.
+    ip link add tx1 netns "$NS_TX" address 02:78:00:00:00:01 mtu "$MTU" type veth \
+        peer name rx1 netns "$NS_RX" address 02:78:00:00:00:02 mtu "$MTU"
+    ip -n "$NS_TX" addr add 10.78.0.1/24 dev tx1
+    ip -n "$NS_RX" addr add "$RX2_IP/24" dev rx1
+    ip -n "$NS_TX" link set tx1 up
+    ip -n "$NS_RX" link set rx1 up
+    ip -n "$NS_TX" neigh replace "$RX2_IP" lladdr 02:78:00:00:00:02 dev tx1 nud permanent
+    ip -n "$NS_RX" neigh replace 10.78.0.1 lladdr 02:78:00:00:00:01 dev rx1 nud permanent
+    ip netns exec "$NS_TX" ethtool -K tx1 tx-udp-segmentation off
+fi
 echo "bench-kafka: starting the near (tx) and far (rx) brokers" >&2
 NEAR_PID=$("$KAFKA" start --netns "$NS_TX" --listen "$BROKER" --dir "$WORK/near")
 FAR_PID=$("$KAFKA" start --netns "$NS_RX" --listen "$BROKER" --dir "$WORK/far")
 
+# diodon_run LINKS FAR_TOPIC TAG: one Diodon run of the row's N records of S bytes
+# over LINKS links into FAR_TOPIC of the far broker; sets T0, T1 (empty: not done),
+# SEND_CPU, RECV_CPU (all receivers), NEAR_CPU, FAR_CPU, DROPS, FINAL, RUN_OK and the
+# thread summaries; logs go to $WORK/{send,recv,recv2}-TAG.log.
+diodon_run() {
+    local links=$1 far_topic=$2 tag=$3 prefix="" to=(--to "$RX_IP:7700") pid
+    RUN_OK=yes
+    [[ $far_topic == "$TOPIC" ]] || prefix=${far_topic%"$TOPIC"}
+    ip netns exec "$NS_RX" "$BIN" recv --listen "$RX_IP:7700" --kafka "$BROKER" ${prefix:+--topic-prefix "$prefix"} \
+        --rate "$RATE" --mtu "$MTU" >"$WORK/recv-$tag.out" 2>"$WORK/recv-$tag.log" &
+    RECV_PID=$!
+    if [[ $links == 2 ]]; then
+        ip netns exec "$NS_RX" "$BIN" recv --listen "$RX2_IP:7700" --kafka "$BROKER" ${prefix:+--topic-prefix "$prefix"} \
+            --rate "$RATE" --mtu "$MTU" >"$WORK/recv2-$tag.out" 2>"$WORK/recv2-$tag.log" &
+        RECV2_PID=$!
+        to+=(--to "$RX2_IP:7700")
+    fi
+    for _ in $(seq 100); do ip netns exec "$NS_RX" grep -q ':1E14 ' /proc/net/udp && break; sleep 0.1; done
+    # Not through helper(): started directly (ip netns exec execs), $! is the JVM itself.
+    ip netns exec "$NS_RX" "${JAVA_SMALL[@]}" BenchKafka wait "$BROKER" "$far_topic" "$N" "$TIMEOUT" "$STALL" >"$WORK/wait-$tag.out" 2>"$WORK/wait-$tag.log" &
+    WAIT_PID=$!
+    for _ in $(seq 300); do grep -q '^ready' "$WORK/wait-$tag.out" && break; sleep 0.1; done
+    grep -q '^ready' "$WORK/wait-$tag.out" || { cat "$WORK/wait-$tag.log" >&2; echo "bench-kafka: the far topic cannot be polled" >&2; exit 1; }
+    echo "bench-kafka: $S B: diodon send --kafka ==> diodon recv --kafka at $RATE over $links link(s)" >&2
+    NEAR_CPU0=$(cpu_ticks "$NEAR_PID") FAR_CPU0=$(cpu_ticks "$FAR_PID") DROPS0=$(rcvbuf_errors "$NS_RX")
+    T0=$(date +%s%3N)
+    ip netns exec "$NS_TX" "$BIN" send "${to[@]}" --kafka "$BROKER" --topic "$TOPIC" \
+        --group "kafka-bench-$S-$STAMP-$tag" --rate "$RATE" --mtu "$MTU" \
+        >"$WORK/send-$tag.out" 2>"$WORK/send-$tag.log" &
+    SEND_PID=$!
+    while ! grep -q '^done\|^timeout\|^stalled' "$WORK/wait-$tag.out"; do
+        if ! kill -0 "$SEND_PID" 2>/dev/null || ! kill -0 "$RECV_PID" 2>/dev/null || ! kill -0 "$WAIT_PID" 2>/dev/null ||
+            { [[ -n $RECV2_PID ]] && ! kill -0 "$RECV2_PID" 2>/dev/null; }; then
+            echo "bench-kafka: $S B: a process ended early (send, recv or the poller)" >&2
+            break
+        fi
+        sleep 0.1
+    done
+    SEND_CPU=$(cpu_ticks "$SEND_PID") RECV_CPU=$(cpu_ticks "$RECV_PID")
+    [[ -z $RECV2_PID ]] || RECV_CPU=$((RECV_CPU + $(cpu_ticks "$RECV2_PID")))
+    SECS=$((($(date +%s%3N) - T0 + 999) / 1000))
+    DROPS=$(($(rcvbuf_errors "$NS_RX") - DROPS0))
+    SEND_THREADS=$(threads "$SEND_PID" "$SECS")
+    RECV_THREADS=$(threads "$RECV_PID" "$SECS")
+    NEAR_CPU=$(($(cpu_ticks "$NEAR_PID") - NEAR_CPU0)) FAR_CPU=$(($(cpu_ticks "$FAR_PID") - FAR_CPU0))
+    T1=$(awk '/^done/ {print $2}' "$WORK/wait-$tag.out")
+    grep -q '^done' "$WORK/wait-$tag.out" || kill "$WAIT_PID" 2>/dev/null || true
+    wait "$WAIT_PID" || RUN_OK=no
+    WAIT_PID=""
+    FINAL=$(awk '/^final/ {print $2}' "$WORK/wait-$tag.out")
+    for pid in $SEND_PID $RECV_PID $RECV2_PID; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+    SEND_PID="" RECV_PID="" RECV2_PID=""
+    if [[ -z $T1 || $FINAL != "$N" ]]; then
+        RUN_OK=no
+        if [[ -n $FINAL ]]; then
+            echo "bench-kafka: $S B ($links link(s)): FAILED: the far topic holds $FINAL records, not $N" >&2
+        else
+            FINAL=$(awk '/^(stalled|timeout)/ {print $3}' "$WORK/wait-$tag.out")
+            echo "bench-kafka: $S B ($links link(s)): FAILED: the far topic holds ${FINAL:-?} of $N records ($(awk '/^(stalled|timeout)/ {print $1}' "$WORK/wait-$tag.out" | sed "s/stalled/no growth for $STALL s/;s/timeout/$TIMEOUT s timeout/"))" >&2
+        fi
+        for f in send recv recv2; do
+            [[ -f $WORK/$f-$tag.log ]] || continue
+            echo "--- $f:" >&2
+            grep -v '^ *verified ' "$WORK/$f-$tag.log" | tail -n 15 >&2
+            if [[ $RECORD == yes ]]; then
+                mkdir -p "$ROOT/results/kafka-bench"
+                cp "$WORK/$f-$tag.log" "$ROOT/results/kafka-bench/$STAMP-$tag-$f.log"
+            fi
+        done
+        STATUS=1
+    fi
+}
+
 ROWS=()
+TWO_ROWS=()
 DETAILS=()
 for i in "${!SIZE_LIST[@]}"; do
     S=${SIZE_LIST[$i]} N=${COUNT_LIST[$i]}
@@ -277,60 +378,8 @@ for i in "${!SIZE_LIST[@]}"; do
     echo "bench-kafka: $S B: local producer $PERF_LINE" >&2
 
     # 2. Diodon end to end.
-    ip netns exec "$NS_RX" "$BIN" recv --listen "$RX_IP:7700" --kafka "$BROKER" --rate "$RATE" --mtu "$MTU" \
-        >"$WORK/recv-$S.out" 2>"$WORK/recv-$S.log" &
-    RECV_PID=$!
-    for _ in $(seq 100); do ip netns exec "$NS_RX" grep -q ':1E14 ' /proc/net/udp && break; sleep 0.1; done
-    # Not through helper(): started directly (ip netns exec execs), $! is the JVM itself.
-    ip netns exec "$NS_RX" "${JAVA_SMALL[@]}" BenchKafka wait "$BROKER" "$TOPIC" "$N" "$TIMEOUT" "$STALL" >"$WORK/wait-$S.out" 2>"$WORK/wait-$S.log" &
-    WAIT_PID=$!
-    for _ in $(seq 300); do grep -q '^ready' "$WORK/wait-$S.out" && break; sleep 0.1; done
-    grep -q '^ready' "$WORK/wait-$S.out" || { cat "$WORK/wait-$S.log" >&2; echo "bench-kafka: the far topic cannot be polled" >&2; exit 1; }
-    echo "bench-kafka: $S B: diodon send --kafka ==> diodon recv --kafka at $RATE" >&2
-    NEAR_CPU0=$(cpu_ticks "$NEAR_PID") FAR_CPU0=$(cpu_ticks "$FAR_PID") DROPS0=$(rcvbuf_errors "$NS_RX")
-    T0=$(date +%s%3N)
-    ip netns exec "$NS_TX" "$BIN" send --to "$RX_IP:7700" --kafka "$BROKER" --topic "$TOPIC" \
-        --group "kafka-bench-$S-$STAMP" --rate "$RATE" --mtu "$MTU" \
-        >"$WORK/send-$S.out" 2>"$WORK/send-$S.log" &
-    SEND_PID=$!
-    while ! grep -q '^done\|^timeout\|^stalled' "$WORK/wait-$S.out"; do
-        if ! kill -0 "$SEND_PID" 2>/dev/null || ! kill -0 "$RECV_PID" 2>/dev/null || ! kill -0 "$WAIT_PID" 2>/dev/null; then
-            echo "bench-kafka: $S B: a process ended early (send, recv or the poller)" >&2
-            break
-        fi
-        sleep 0.1
-    done
-    SEND_CPU=$(cpu_ticks "$SEND_PID") RECV_CPU=$(cpu_ticks "$RECV_PID")
-    SECS=$((($(date +%s%3N) - T0 + 999) / 1000))
-    DROPS=$(($(rcvbuf_errors "$NS_RX") - DROPS0))
-    SEND_THREADS=$(threads "$SEND_PID" "$SECS")
-    RECV_THREADS=$(threads "$RECV_PID" "$SECS")
-    NEAR_CPU=$(($(cpu_ticks "$NEAR_PID") - NEAR_CPU0)) FAR_CPU=$(($(cpu_ticks "$FAR_PID") - FAR_CPU0))
-    T1=$(awk '/^done/ {print $2}' "$WORK/wait-$S.out")
-    grep -q '^done' "$WORK/wait-$S.out" || kill "$WAIT_PID" 2>/dev/null || true
-    wait "$WAIT_PID" || ROW_OK=no
-    WAIT_PID=""
-    FINAL=$(awk '/^final/ {print $2}' "$WORK/wait-$S.out")
-    for pid in $SEND_PID $RECV_PID; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
-    SEND_PID="" RECV_PID=""
-    if [[ -z $T1 || $FINAL != "$N" ]]; then
-        ROW_OK=no
-        if [[ -n $FINAL ]]; then
-            echo "bench-kafka: $S B: FAILED: the far topic holds $FINAL records, not $N" >&2
-        else
-            FINAL=$(awk '/^(stalled|timeout)/ {print $3}' "$WORK/wait-$S.out")
-            echo "bench-kafka: $S B: FAILED: the far topic holds ${FINAL:-?} of $N records ($(awk '/^(stalled|timeout)/ {print $1}' "$WORK/wait-$S.out" | sed "s/stalled/no growth for $STALL s/;s/timeout/$TIMEOUT s timeout/"))" >&2
-        fi
-        for f in send recv; do
-            echo "--- $f:" >&2
-            grep -v '^ *verified ' "$WORK/$f-$S.log" | tail -n 15 >&2
-            if [[ $RECORD == yes ]]; then
-                mkdir -p "$ROOT/results/kafka-bench"
-                cp "$WORK/$f-$S.log" "$ROOT/results/kafka-bench/$STAMP-$S-$f.log"
-            fi
-        done
-        STATUS=1
-    fi
+    diodon_run 1 "$TOPIC" "$S"
+    ROW_OK=$RUN_OK
     ROW=$(python3 - "$S" "$N" "$LOCAL_RPS" "$T0" "${T1:-0}" "$SEND_CPU" "$RECV_CPU" "$NEAR_CPU" "$FAR_CPU" "$HZ" "$ROW_OK" "${FINAL:-?}" "$DROPS" <<'EOF'
 import sys
 s, n, local_rps, t0, t1, scpu, rcpu, ncpu, fcpu, hz = (float(x) for x in sys.argv[1:11])
@@ -352,6 +401,34 @@ EOF
     DETAILS+=("- $S B: local producer: \`$PERF_LINE\`; threads at ≥ 5 % of a core over the Diodon run (same-name threads added up): sender: $SEND_THREADS; receiver: $RECV_THREADS")
     DETAILS+=("  - sender's summary: $(grep -E 'kafka: [0-9]+ records' "$WORK/send-$S.log" | tail -n 1 | sed 's/^ *//')")
     DETAILS+=("  - receiver's summary: $(grep -E 'kafka: [0-9]+ records' "$WORK/recv-$S.log" | tail -n 1 | sed 's/^ *//')")
+    if [[ $LINKS == 2 ]]; then
+        ONE_T0=$T0 ONE_T1=${T1:-0}
+        helper "$NS_RX" create "$BROKER" "two-$TOPIC" "$PARTITIONS"
+        diodon_run 2 "two-$TOPIC" "$S-two"
+        TWO=$(python3 - "$S" "$N" "$ONE_T0" "$ONE_T1" "$ROW_OK" "$T0" "${T1:-0}" "$RUN_OK" "$SEND_CPU" "$RECV_CPU" "$HZ" "${FINAL:-?}" "$DROPS" <<'EOF'
+import sys
+s, n, t0a, t1a = (float(x) for x in sys.argv[1:5])
+ok_one = sys.argv[5]
+t0b, t1b = float(sys.argv[6]), float(sys.argv[7])
+ok_two = sys.argv[8]
+scpu, rcpu, hz = (float(x) for x in sys.argv[9:12])
+final, drops = sys.argv[12], int(sys.argv[13])
+gb = s * n / 1e9
+one, two = (t1a - t0a) / 1000, (t1b - t0b) / 1000
+if ok_one == "yes" and ok_two == "yes" and one > 0 and two > 0:
+    r1, r2 = n / one, n / two
+    print(f"| {s:,.0f} B | {n:,.0f} | {one:.1f} s, {r1:,.0f} rec/s ({r1 * s / 1e6:.1f} MB/s) | {two:.1f} s | "
+          f"{r2:,.0f} | {r2 * s / 1e6:.1f} | {r2 / r1:.2f} | {scpu / hz / gb:.1f} | {rcpu / hz / gb:.1f} | {drops:,} | {int(final):,} |")
+else:
+    first = "FAILED" if ok_one != "yes" else f"{one:.1f} s"
+    print(f"| {s:,.0f} B | {n:,.0f} | {first} | FAILED | | | | | | {drops:,} | {final} of {n:,.0f} |")
+EOF
+)
+        echo "$TWO"
+        TWO_ROWS+=("$TWO")
+        DETAILS+=("  - two links: sender's summary: $(grep -E '^ *link to ' "$WORK/send-$S-two.log" | sed 's/^ *//' | tr '\n' ';' | sed 's/;$//')")
+        DETAILS+=("  - two links: receivers' summaries: $(grep -hE 'kafka: [0-9]+ records' "$WORK/recv-$S-two.log" "$WORK/recv2-$S-two.log" | sed 's/^ *//' | tr '\n' ';' | sed 's/;$//')")
+    fi
 done
 
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -361,6 +438,16 @@ TABLE=$(
     printf '%s\n' "${ROWS[@]}"
 )
 echo "$TABLE"
+TWO_TABLE=""
+if [[ $LINKS == 2 ]]; then
+    TWO_TABLE=$(
+        echo "| record size | records | one link | two links: time | two links: records/s | two links: MB/s | aggregate ratio to one link | CPU s/GB sender | CPU s/GB both receivers | rx socket drops | far records |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        printf '%s\n' "${TWO_ROWS[@]}"
+    )
+    echo
+    echo "$TWO_TABLE"
+fi
 printf '%s\n' "${DETAILS[@]}" >&2
 if [[ $RECORD == yes ]]; then
     mkdir -p "$ROOT/results/kafka-bench"
@@ -371,6 +458,12 @@ if [[ $RECORD == yes ]]; then
         echo
         echo "$TABLE"
         echo
+        if [[ -n $TWO_TABLE ]]; then
+            echo "Two links (\`--to\` twice, one receiver per link, one far topic), each paced at $RATE:"
+            echo
+            echo "$TWO_TABLE"
+            echo
+        fi
         printf '%s\n' "${DETAILS[@]}"
     } >"$ROOT/results/kafka-bench/$STAMP.md"
     echo "bench-kafka: wrote results/kafka-bench/$STAMP.md" >&2

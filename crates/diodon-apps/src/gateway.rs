@@ -29,10 +29,10 @@ use crate::metrics::{self, MetricsError, MetricsListener};
 use crate::multilink::LinkHealth;
 use crate::packet_sink::{PacketOutput, PacketSink, PacketSinkStats};
 use crate::recv::{run_receiver_on, RecvOptions, RecvProgress, RecvReport, Sink};
-use crate::report::add_into;
 use crate::report::{kernel_delta, Exit, RecvSummary, SendSummary};
+pub use crate::send::LinkTarget;
 use crate::send::SentNotice;
-use crate::send::{run_link_sender, run_sender_on, SendOptions, SendProgress, SendReport};
+use crate::send::{run_links, SendOptions, SendProgress};
 use crate::stream::{send_reader, serve_tcp, StdoutSink, TcpSink};
 use crate::sync::{SyncError, SyncOptions, SyncStats, SyncSummary};
 use crate::tunnel::{
@@ -45,9 +45,8 @@ use crate::udp_flow::{
 };
 use crate::PipelineError;
 use diodon_counters::CounterSet;
-use diodon_counters::Snapshot;
 use diodon_io::counters::process_cpu_seconds;
-use diodon_io::{BatchReceiver, BatchSender, UdpConfig, UdpSnmp};
+use diodon_io::{BatchReceiver, BatchSender, UdpSnmp};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,12 +117,20 @@ pub fn run_sync(
     watch: impl FnMut(&SendProgress, &SyncStats),
 ) -> Result<SyncSummary, GatewayError> {
     let udp = BatchSender::open(&opts.send.udp).map_err(PipelineError::from)?;
+    let mut more = Vec::new();
+    for t in &opts.more_links {
+        more.push(BatchSender::open(&t.udp).map_err(PipelineError::from)?);
+    }
     let listener = metrics
         .map(|m| metrics::bind(m.addr, m.peer, m.device))
         .transpose()?;
     restrict()?;
     let stats = Arc::new(SyncStats::default());
     let progress = Arc::new(SendProgress::default());
+    let health: Vec<Arc<LinkHealth>> = std::iter::once(opts.send.dest)
+        .chain(opts.more_links.iter().map(|t| t.dest))
+        .map(LinkHealth::new)
+        .collect();
     if let Some(l) = listener {
         let source = metrics::Source::Send {
             progress: Arc::clone(&progress),
@@ -131,12 +138,21 @@ pub fn run_sync(
             tunnel: None,
             kafka: None,
             sync: Some(Arc::clone(&stats)),
-            links: Vec::new(),
+            links: if health.len() > 1 {
+                health.clone()
+            } else {
+                Vec::new()
+            },
         };
         l.serve(source)?;
     }
+    let links = crate::sync::SyncLinks {
+        first: udp,
+        more,
+        health,
+    };
     Ok(crate::sync::run_sync(
-        opts, udp, &stats, &progress, stop, watch,
+        opts, links, &stats, &progress, stop, watch,
     )?)
 }
 
@@ -186,18 +202,6 @@ pub struct SendJob {
     pub more_links: Vec<LinkTarget>,
 }
 
-/// One more link of a sender: its receiver, its socket and its core's
-/// settings (symbol size and overhead follow the link's MTU and family).
-#[derive(Debug, Clone)]
-pub struct LinkTarget {
-    /// The link's receiver.
-    pub dest: SocketAddr,
-    /// Its local socket.
-    pub udp: UdpConfig,
-    /// Its core.
-    pub config: diodon_proto::SenderConfig,
-}
-
 /// Runs a sender to the end; `watch` sees the live progress meanwhile.
 pub fn run_send(
     job: SendJob,
@@ -214,7 +218,7 @@ pub fn run_send(
 pub struct OpenedSend {
     opts: SendOptions,
     udp: BatchSender,
-    more: Vec<(SendOptions, BatchSender)>,
+    more: Vec<(LinkTarget, BatchSender)>,
     input: OpenedInput,
     metrics: Option<MetricsListener>,
     stop: Arc<AtomicBool>,
@@ -266,9 +270,7 @@ pub fn open_send(job: SendJob) -> Result<OpenedSend, GatewayError> {
     let mut more = Vec::new();
     for link in more_links {
         let udp = BatchSender::open(&link.udp).map_err(PipelineError::from)?;
-        let mut o = opts.clone();
-        (o.dest, o.udp, o.config) = (link.dest, link.udp, link.config);
-        more.push((o, udp));
+        more.push((link, udp));
     }
     Ok(OpenedSend {
         opts,
@@ -292,10 +294,10 @@ impl OpenedSend {
             metrics,
             stop,
         } = self;
-        let mut links: Vec<(SendOptions, BatchSender)> = vec![(opts, udp)];
-        links.extend(more);
+        let links = crate::send::link_options(&opts, udp, more);
         let health: Vec<Arc<LinkHealth>> =
             links.iter().map(|(o, _)| LinkHealth::new(o.dest)).collect();
+        let (handle, queues) = crate::send::link_inputs(&links, &health);
         let progress = Arc::new(SendProgress::default());
         if let OpenedInput::Ready(SendInput::Files(files)) = &input {
             let total: u64 = files
@@ -328,14 +330,6 @@ impl OpenedSend {
         // A Kafka source ends gracefully too: its last segments go out
         // before it commits their offsets.
         let graceful = matches!(input, OpenedInput::Kafka(..));
-        let (handle, queues) = if links.len() == 1 {
-            let (o, _) = &links[0];
-            let (h, q) = crate::send::queue_for_blocks(o.queue_chunks, o.config.block_bytes());
-            (h, vec![q])
-        } else {
-            let (o, _) = &links[0];
-            crate::send::link_queues(o.queue_chunks, o.config.block_bytes(), &health)
-        };
         let source_stop = Arc::clone(&stop);
         let source_stats = SourceStats {
             udp: udp_stats.clone(),
@@ -360,7 +354,7 @@ impl OpenedSend {
         let core_health = health.clone();
         let reports = run_watched(
             "sender",
-            move || run_cores(links, queues, core_health, &core_progress, &core_stop),
+            move || run_links(links, queues, core_health, &core_progress, &core_stop),
             || watch(&progress),
         )??;
         stop.store(true, Ordering::Relaxed);
@@ -375,83 +369,6 @@ impl OpenedSend {
         summary.tunnel = tunnel_stats.map(|s| s.snapshot());
         summary.kafka = kafka_stats.map(|s| s.snapshot());
         Ok(summary)
-    }
-}
-
-/// Runs the sender core of every link, each on `queues`' queue of the
-/// same index: one link on the calling thread as ever; several on a
-/// thread each, with their progress added up into `progress` every 100 ms
-/// (the reports in the order of `links`).
-fn run_cores(
-    links: Vec<(SendOptions, BatchSender)>,
-    queues: Vec<mpsc::Receiver<crate::send::SourceMsg>>,
-    health: Vec<Arc<LinkHealth>>,
-    progress: &Arc<SendProgress>,
-    stop: &Arc<AtomicBool>,
-) -> Result<Vec<SendReport>, PipelineError> {
-    if links.len() == 1 {
-        let mut reports = Vec::new();
-        for ((opts, udp), queue) in links.into_iter().zip(queues) {
-            reports.push(run_sender_on(
-                udp,
-                &opts,
-                &queue,
-                Arc::clone(progress),
-                stop,
-            )?);
-        }
-        return Ok(reports);
-    }
-    let mut cores = Vec::new();
-    let mut each = Vec::new();
-    for (((opts, udp), queue), h) in links.into_iter().zip(queues).zip(health) {
-        let p = Arc::new(SendProgress::default());
-        each.push(Arc::clone(&p));
-        let stop = Arc::clone(stop);
-        let core = thread::Builder::new()
-            .name("diodon-link".into())
-            .spawn(move || run_link_sender(udp, &opts, &queue, p, &stop, Some(h)))
-            .map_err(|_| PipelineError::Thread("link core"))?;
-        cores.push(core);
-    }
-    while !cores.iter().all(thread::JoinHandle::is_finished) {
-        add_up(&each, progress);
-        thread::sleep(WATCH_EVERY);
-    }
-    add_up(&each, progress);
-    cores
-        .into_iter()
-        .map(|c| c.join().map_err(|_| PipelineError::Thread("link core"))?)
-        .collect()
-}
-
-/// The links' progress added up into `total` (bytes, datagrams, counters).
-fn add_up(links: &[Arc<SendProgress>], total: &SendProgress) {
-    let sum = |f: fn(&SendProgress) -> &std::sync::atomic::AtomicU64| {
-        links
-            .iter()
-            .map(|p| f(p).load(Ordering::Relaxed))
-            .sum::<u64>()
-    };
-    total.bytes.store(sum(|p| &p.bytes), Ordering::Relaxed);
-    total
-        .datagrams
-        .store(sum(|p| &p.datagrams), Ordering::Relaxed);
-    let (mut core, mut socket) = (Snapshot::default(), Snapshot::default());
-    for p in links {
-        if let Ok(g) = p.snapshot.lock() {
-            add_into(&mut core, &g.0.snapshot());
-            add_into(&mut socket, &g.1.snapshot());
-        }
-    }
-    if let Ok(mut g) = total.snapshot.lock() {
-        *g = (
-            diodon_proto::SenderStats::from_snapshot(&core),
-            diodon_io::SenderCounters::from_snapshot(&socket),
-        );
-    }
-    if let (Some(first), Ok(mut k)) = (links.first(), total.key_id.lock()) {
-        *k = first.key_id.lock().map(|g| *g).unwrap_or_default();
     }
 }
 

@@ -32,6 +32,8 @@ diodon_counters::counters! {
         aborted: counter Count "channels_aborted" "Channels aborted because their link went down (their sources see them fail).",
         refused: counter Count "channels_refused" "Channels refused because their link was down when they reached it.",
         datagrams: counter Count "datagrams" "Datagrams handed to the kernel on this link.",
+        sent: counter Count "channels_sent" "Channels this link sent complete.",
+        failed: counter Count "channels_failed" "Channels aborted or refused on this link (for any reason).",
     }
 }
 
@@ -46,6 +48,8 @@ pub struct LinkHealth {
     aborted: AtomicU64,
     refused: AtomicU64,
     datagrams: AtomicU64,
+    sent: AtomicU64,
+    failed: AtomicU64,
     state: Mutex<String>,
 }
 
@@ -59,6 +63,8 @@ impl LinkHealth {
             aborted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             datagrams: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
             state: Mutex::new(String::new()),
         })
     }
@@ -81,6 +87,8 @@ impl LinkHealth {
             aborted: self.aborted.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
             datagrams: self.datagrams.load(Ordering::Relaxed),
+            sent: self.sent.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
         }
     }
 
@@ -90,6 +98,11 @@ impl LinkHealth {
 
     pub(crate) fn count_refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_ended(&self, sent: bool) {
+        let c = if sent { &self.sent } else { &self.failed };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_datagrams(&self, n: u64) {

@@ -241,13 +241,14 @@ impl SendSummary {
             );
             all.gso &= r.gso;
             duration = duration.max(r.duration);
+            let health = h.snapshot();
             all.links.push(LinkSummary {
                 to: h.dest.to_string(),
                 session: r.session.to_string(),
                 bytes: r.stats.bytes_accepted,
-                channels_sent: r.channels.len() - r.failed(),
-                channels_failed: r.failed(),
-                health: h.snapshot(),
+                channels_sent: usize::try_from(health.sent).unwrap_or(usize::MAX),
+                channels_failed: usize::try_from(health.failed).unwrap_or(usize::MAX),
+                health,
                 last_down: h.last_down(),
             });
         }

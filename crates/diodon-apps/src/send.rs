@@ -18,7 +18,9 @@
 
 use crate::key_file::KeyReload;
 use crate::multilink::{Change, LinkHealth, LinkWatch};
+use crate::report::add_into;
 use crate::PipelineError;
+use diodon_counters::{CounterSet as _, Snapshot};
 use diodon_io::{
     BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, UdpError,
     MAX_GSO_SEGMENTS,
@@ -665,6 +667,128 @@ pub(crate) fn run_link_sender(
     })
 }
 
+/// One more link of a sender: its receiver, its socket and its core's
+/// settings (symbol size and overhead follow the link's MTU and family).
+#[derive(Debug, Clone)]
+pub struct LinkTarget {
+    /// The link's receiver.
+    pub dest: SocketAddr,
+    /// Its local socket.
+    pub udp: UdpConfig,
+    /// Its core.
+    pub config: SenderConfig,
+}
+
+/// The input side of a run over `links` (one or several, `health` one
+/// each in the same order): the sources' handle and each link's queue.
+pub(crate) fn link_inputs(
+    links: &[(SendOptions, BatchSender)],
+    health: &[Arc<LinkHealth>],
+) -> (SourceHandle, Vec<Receiver<SourceMsg>>) {
+    let (chunks, block) = links
+        .first()
+        .map_or((1, 0), |(o, _)| (o.queue_chunks, o.config.block_bytes()));
+    if links.len() == 1 {
+        let (h, q) = queue_for_blocks(chunks, block);
+        return (h, vec![q]);
+    }
+    link_queues(chunks, block, health)
+}
+
+/// `opts` and each of `more` as the options of one link each (the same
+/// core, queue, hook and keys; each link's receiver, socket and symbol
+/// size), with the sockets opened for them, in that order.
+pub(crate) fn link_options(
+    opts: &SendOptions,
+    first: BatchSender,
+    more: Vec<(LinkTarget, BatchSender)>,
+) -> Vec<(SendOptions, BatchSender)> {
+    let mut links = vec![(opts.clone(), first)];
+    for (t, udp) in more {
+        let mut o = opts.clone();
+        (o.dest, o.udp, o.config) = (t.dest, t.udp, t.config);
+        links.push((o, udp));
+    }
+    links
+}
+
+/// Runs the sender core of every link, each on `queues`' queue of the
+/// same index: one link on the calling thread as ever; several on a
+/// thread each, with their progress added up into `progress` every 100 ms
+/// (the reports in the order of `links`).
+pub(crate) fn run_links(
+    links: Vec<(SendOptions, BatchSender)>,
+    queues: Vec<mpsc::Receiver<crate::send::SourceMsg>>,
+    health: Vec<Arc<LinkHealth>>,
+    progress: &Arc<SendProgress>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<SendReport>, PipelineError> {
+    if links.len() == 1 {
+        let mut reports = Vec::new();
+        for ((opts, udp), queue) in links.into_iter().zip(queues) {
+            reports.push(run_sender_on(
+                udp,
+                &opts,
+                &queue,
+                Arc::clone(progress),
+                stop,
+            )?);
+        }
+        return Ok(reports);
+    }
+    let mut cores = Vec::new();
+    let mut each = Vec::new();
+    for (((opts, udp), queue), h) in links.into_iter().zip(queues).zip(health) {
+        let p = Arc::new(SendProgress::default());
+        each.push(Arc::clone(&p));
+        let stop = Arc::clone(stop);
+        let core = std::thread::Builder::new()
+            .name("diodon-link".into())
+            .spawn(move || run_link_sender(udp, &opts, &queue, p, &stop, Some(h)))
+            .map_err(|_| PipelineError::Thread("link core"))?;
+        cores.push(core);
+    }
+    while !cores.iter().all(std::thread::JoinHandle::is_finished) {
+        add_up(&each, progress);
+        std::thread::sleep(SNAPSHOT_EVERY);
+    }
+    add_up(&each, progress);
+    cores
+        .into_iter()
+        .map(|c| c.join().map_err(|_| PipelineError::Thread("link core"))?)
+        .collect()
+}
+
+/// The links' progress added up into `total` (bytes, datagrams, counters).
+fn add_up(links: &[Arc<SendProgress>], total: &SendProgress) {
+    let sum = |f: fn(&SendProgress) -> &std::sync::atomic::AtomicU64| {
+        links
+            .iter()
+            .map(|p| f(p).load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    total.bytes.store(sum(|p| &p.bytes), Ordering::Relaxed);
+    total
+        .datagrams
+        .store(sum(|p| &p.datagrams), Ordering::Relaxed);
+    let (mut core, mut socket) = (Snapshot::default(), Snapshot::default());
+    for p in links {
+        if let Ok(g) = p.snapshot.lock() {
+            add_into(&mut core, &g.0.snapshot());
+            add_into(&mut socket, &g.1.snapshot());
+        }
+    }
+    if let Ok(mut g) = total.snapshot.lock() {
+        *g = (
+            diodon_proto::SenderStats::from_snapshot(&core),
+            diodon_io::SenderCounters::from_snapshot(&socket),
+        );
+    }
+    if let (Some(first), Ok(mut k)) = (links.first(), total.key_id.lock()) {
+        *k = first.key_id.lock().map(|g| *g).unwrap_or_default();
+    }
+}
+
 /// How often the core thread refreshes [`SendProgress::snapshot`].
 const SNAPSHOT_EVERY: Duration = Duration::from_millis(100);
 
@@ -948,6 +1072,9 @@ impl Core {
     /// Keeps an ended channel for the final report, unless a hook is told
     /// about each one (a long-running sync would grow the list forever).
     fn record(&mut self, ch: SentChannel) {
+        if let Some(w) = &self.link {
+            w.health.count_ended(ch.status == SentStatus::Sent);
+        }
         if self.on_sent.is_none() {
             self.report.push(ch);
         }

@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod file;
+mod links;
 pub use file::{FileConfig, LinkTable};
+pub use links::links;
 
 /// Link settings after merging flags, file and defaults.
 #[derive(Debug, Clone)]
@@ -169,51 +171,10 @@ pub fn pick<T: Clone>(flag: Option<&T>, file: Option<&T>) -> Option<T> {
 }
 
 impl SendArgs {
-    /// The links: every `--to` (with `--bind`), else the file's `[[link]]`
-    /// tables, else its `to`. Empty when none is given.
-    pub fn links(&self, f: &FileConfig) -> Result<Vec<LinkTable>> {
-        let bind = pick(self.bind.as_ref(), f.bind.as_ref());
-        let one = |to| LinkTable {
-            to,
-            bind,
-            device: None,
-        };
-        let links: Vec<LinkTable> = if !self.to.is_empty() {
-            self.to.iter().copied().map(one).collect()
-        } else if f.link.is_empty() {
-            f.to.into_iter().map(one).collect()
-        } else if f.to.is_some() {
-            bail!("the file gives both `to` and [[link]] tables: give one of them");
-        } else {
-            f.link
-                .iter()
-                .map(|l| LinkTable {
-                    bind: l.bind.or(bind),
-                    ..l.clone()
-                })
-                .collect()
-        };
-        let mut seen = std::collections::HashSet::new();
-        if let Some(l) = links.iter().find(|l| !seen.insert(l.to)) {
-            bail!("link {} is given twice", l.to);
-        }
-        Ok(links)
-    }
-
-    /// The file config's send-side values.
-    pub fn resolve(
-        &self,
-        f: &FileConfig,
-    ) -> (
-        Option<SocketAddr>,
-        Option<SocketAddr>,
-        Option<SocketAddr>,
-        Duration,
-        bool,
-    ) {
+    /// The file config's send-side values: the TCP listener, the linger
+    /// and whether GSO is off (the links: [`links`]).
+    pub fn resolve(&self, f: &FileConfig) -> (Option<SocketAddr>, Duration, bool) {
         (
-            self.to.first().copied().or(f.to),
-            pick(self.bind.as_ref(), f.bind.as_ref()),
             pick(self.tcp_listen.as_ref(), f.tcp_listen.as_ref()),
             Duration::from_millis(self.linger.or(f.linger).unwrap_or(750)),
             self.no_gso || f.no_gso.unwrap_or(false),

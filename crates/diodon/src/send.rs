@@ -34,7 +34,7 @@ use std::time::Duration;
 pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     let file = FileConfig::load(args.link.config.as_deref()).map_err(Fatal::config)?;
     let link = Link::merge(&args.link, &file).map_err(Fatal::config)?;
-    let (_, _, tcp_listen, linger, no_gso) = args.resolve(&file);
+    let (tcp_listen, linger, no_gso) = args.resolve(&file);
     let links = args.links(&file).map_err(Fatal::config)?;
     let Some(first) = links.first().cloned() else {
         return Err(Fatal::config(anyhow!("--to ADDR is required")));
@@ -54,18 +54,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
-    let flows = udp_listen.is_some();
-    let (config, udp) = link_core(&link, &first, flows, no_gso)?;
-    let more_links = links[1..]
-        .iter()
-        .map(|l| {
-            link_core(&link, l, flows, no_gso).map(|(config, udp)| LinkTarget {
-                dest: l.to,
-                udp,
-                config,
-            })
-        })
-        .collect::<Result<Vec<_>, Fatal>>()?;
+    let (config, udp, more_links) = link_cores(&link, &links, udp_listen.is_some(), no_gso)?;
     let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
     let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
     let input = if let Some(brokers) = kafka {
@@ -122,6 +111,31 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
         more_links,
     };
     execute(job, &link, Some((send_policy(&sources, &sandbox), stop)))
+}
+
+/// The core and socket of the first of `links`, and the others as further
+/// links (`datagram_flows`: `--udp-listen`).
+pub(crate) fn link_cores(
+    link: &Link,
+    links: &[LinkTable],
+    datagram_flows: bool,
+    no_gso: bool,
+) -> Result<(SenderConfig, UdpConfig, Vec<LinkTarget>), Fatal> {
+    let Some(first) = links.first() else {
+        return Err(Fatal::config(anyhow!("--to ADDR is required")));
+    };
+    let (config, udp) = link_core(link, first, datagram_flows, no_gso)?;
+    let more = links[1..]
+        .iter()
+        .map(|l| {
+            link_core(link, l, datagram_flows, no_gso).map(|(config, udp)| LinkTarget {
+                dest: l.to,
+                udp,
+                config,
+            })
+        })
+        .collect::<Result<Vec<_>, Fatal>>()?;
+    Ok((config, udp, more))
 }
 
 /// The core and socket of one link (`datagram_flows`: `--udp-listen`).

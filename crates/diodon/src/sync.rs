@@ -11,7 +11,6 @@
 use crate::args::SyncArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
-use crate::send::{sender_config, socket};
 use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{run_sync, GatewayError, MetricsOptions};
@@ -84,12 +83,14 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     if args.scan_only {
         return scan_only(&state, &scan, link.json);
     }
-    let to = pick(args.to.as_ref(), file.to.as_ref())
+    let links = crate::config::links(&args.to, args.bind, &file).map_err(Fatal::config)?;
+    let no_gso = args.no_gso || file.no_gso.unwrap_or(false);
+    let to = links
+        .first()
+        .map(|l| l.to)
         .context("--to ADDR is required")
         .map_err(Fatal::config)?;
-    let config = sender_config(&link, to)?;
-    let bind = pick(args.bind.as_ref(), file.bind.as_ref());
-    let udp = socket(&link, bind, to, args.no_gso || file.no_gso.unwrap_or(false));
+    let (config, udp, more_links) = crate::send::link_cores(&link, &links, false, no_gso)?;
     let after_send = pick(args.after_send.as_ref(), file.after_send.as_ref())
         .map(|s| s.parse::<AfterSend>())
         .transpose()
@@ -99,6 +100,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
     };
     let bundle_bytes = bundle_bytes(args, &file)?;
     let opts = SyncOptions {
+        more_links,
         send: SendOptions {
             config,
             dest: to,

@@ -325,3 +325,70 @@ fn a_link_that_goes_down_is_reported_and_the_rest_takes_the_other() {
         }
     }
 }
+
+#[test]
+fn a_sync_spreads_its_files_over_two_links() {
+    let Some(bed) = Bed::up("a_sync_spreads_its_files_over_two_links") else {
+        return;
+    };
+    // Big files in channels of their own, small ones in bundles.
+    let mut files = bed.files(24, 200_000);
+    for i in 0..40 {
+        let name = format!("s{i:03}.txt");
+        let body = format!("small file {i}\n").repeat(i + 1).into_bytes();
+        std::fs::write(bed.dir.join("src").join(&name), &body).unwrap();
+        files.insert(name, body);
+    }
+    let rx = bed.receivers();
+    let db = bed.dir.join("sync.sqlite");
+    let src = bed.dir.join("src");
+    let sync = spawn(
+        &bed.tx,
+        &[
+            "sync",
+            src.to_str().unwrap(),
+            "--to",
+            LINK_A,
+            "--to",
+            LINK_B,
+            "--state",
+            db.to_str().unwrap(),
+            "--once",
+            "--passes",
+            "1",
+            "--settle",
+            "0",
+            "--rate",
+            "200mbit",
+            "--json",
+        ],
+    );
+    let (summary, _) = finish(sync, "sync");
+    std::thread::sleep(Duration::from_millis(500));
+    let got = stop(rx);
+    let links = summary["send"]["links"]
+        .as_array()
+        .expect("a summary per link");
+    assert_eq!(links.len(), 2, "{summary}");
+    for l in links {
+        assert!(num(l, "channels_sent") > 0, "a link carried nothing: {l}");
+        assert_eq!(num(l, "channels_failed"), 0, "{l}");
+    }
+    for r in &got {
+        assert!(
+            num(r, "channels_complete") > 0,
+            "a receiver got nothing: {r}"
+        );
+        assert_eq!(num(r, "channels_failed"), 0, "{r}");
+    }
+    let out = bed.dir.join("out");
+    let mut delivered = BTreeMap::new();
+    for name in files.keys() {
+        if let Ok(body) =
+            std::fs::read(out.join(name)).or_else(|_| std::fs::read(out.join("src").join(name)))
+        {
+            delivered.insert(name.clone(), body);
+        }
+    }
+    assert_eq!(delivered, files, "every file, whole, in the shared folder");
+}

@@ -40,7 +40,7 @@ pub use options::{AfterSend, SyncOptions};
 pub use stats::{SyncCounters, SyncStats};
 
 use crate::report::{kernel_delta, SendSummary};
-use crate::send::{run_sender_on, SendProgress, SentHook};
+use crate::send::{run_links, SendProgress, SentHook};
 use crate::PipelineError;
 use diodon_io::counters::process_cpu_seconds;
 use diodon_io::{BatchSender, UdpSnmp};
@@ -80,13 +80,25 @@ pub struct SyncSummary {
     pub status: state::StatusCounts,
 }
 
-/// Runs a sync on the open socket `udp` until `stop` (or, with `once`,
+/// The open sockets of a sync's links (`opts.send`'s, then one per
+/// `opts.more_links`) and each link's health, in that order.
+#[derive(Debug)]
+pub struct SyncLinks {
+    /// The socket for `opts.send`.
+    pub first: BatchSender,
+    /// One per `opts.more_links`.
+    pub more: Vec<BatchSender>,
+    /// One per link.
+    pub health: Vec<Arc<crate::multilink::LinkHealth>>,
+}
+
+/// Runs a sync on the open sockets of `links` until `stop` (or, with `once`,
 /// until done), counting into
 /// `stats` and `progress` (which a metrics endpoint may already be
 /// reading: `gateway::run_sync`); `watch` sees both every 100 ms.
 pub fn run_sync(
     mut opts: SyncOptions,
-    udp: BatchSender,
+    links: SyncLinks,
     stats: &Arc<SyncStats>,
     progress: &Arc<SendProgress>,
     stop: &Arc<AtomicBool>,
@@ -99,18 +111,24 @@ pub fn run_sync(
             let _ = tx.send(Inbox::Sent(n));
         }
     })));
-    let (handle, queue) =
-        crate::send::queue_for_blocks(opts.send.queue_chunks, opts.send.config.block_bytes());
+    let SyncLinks {
+        first,
+        more,
+        health,
+    } = links;
+    let more = opts.more_links.iter().cloned().zip(more).collect();
+    let links = crate::send::link_options(&opts.send, first, more);
+    let (handle, queues) = crate::send::link_inputs(&links, &health);
     let before = UdpSnmp::read().ok();
     let cpu0 = process_cpu_seconds();
 
-    // The core: aborts its open channels when the sync is stopped.
+    // The cores: abort their open channels when the sync is stopped.
     let core_stop = Arc::clone(stop);
     let core_progress = Arc::clone(progress);
-    let send_opts = opts.send.clone();
+    let core_health = health.clone();
     let core = thread::Builder::new()
         .name("diodon-sender".into())
-        .spawn(move || run_sender_on(udp, &send_opts, &queue, core_progress, &core_stop))
+        .spawn(move || run_links(links, queues, core_health, &core_progress, &core_stop))
         .map_err(|_| SyncError::Thread("sender"))?;
 
     // Readers.
@@ -179,12 +197,16 @@ pub fn run_sync(
     for r in readers {
         r.join().map_err(|_| SyncError::Thread("reader"))?;
     }
-    let report = core.join().map_err(|_| SyncError::Thread("sender"))??;
+    let reports = core.join().map_err(|_| SyncError::Thread("sender"))??;
     run?;
     scan_result?;
     let status = status?;
     let kernel = kernel_delta(before, UdpSnmp::read().ok());
-    let send = SendSummary::new(&report, kernel, process_cpu_seconds() - cpu0, 0);
+    let cpu = process_cpu_seconds() - cpu0;
+    let send = match reports.as_slice() {
+        [one] => SendSummary::new(one, kernel, cpu, 0),
+        many => SendSummary::of_links(many, &health, kernel, cpu, 0),
+    };
     Ok(SyncSummary {
         send,
         sync: stats.snapshot(),

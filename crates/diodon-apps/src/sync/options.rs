@@ -33,6 +33,10 @@ impl std::str::FromStr for AfterSend {
 pub struct SyncOptions {
     /// The sender core, socket and queue (`on_sent` is set by [`super::run_sync`]).
     pub send: SendOptions,
+    /// Further links (`--to` more than once): files spread over
+    /// `send.dest` and these by a stable hash of their name
+    /// (`crate::multilink`).
+    pub more_links: Vec<crate::send::LinkTarget>,
     /// The state database.
     pub state: PathBuf,
     /// Roots, ignore globs, symlinks.

@@ -76,9 +76,11 @@ pub struct SendArgs {
 pub struct SyncArgs {
     /// Source directories (each is announced under its own name).
     pub paths: Vec<PathBuf>,
-    /// Receiver address, e.g. `10.77.0.2:7700`.
+    /// Receiver address, e.g. `10.77.0.2:7700`. Give it again for more
+    /// links (or `[[link]]` tables in the file): files spread over the
+    /// links by a stable hash of their name, as with `diodon send`.
     #[arg(long)]
-    pub to: Option<SocketAddr>,
+    pub to: Vec<SocketAddr>,
     /// Local address to send from (default: any, same family as --to).
     #[arg(long)]
     pub bind: Option<SocketAddr>,
