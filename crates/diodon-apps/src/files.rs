@@ -182,7 +182,75 @@ pub fn send_files(files: &[SourceFile], handle: &SourceHandle) -> usize {
     failed
 }
 
-fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError> {
+/// Times a file goes again after the link that carried it went down.
+pub const LINK_RETRIES: u32 = 3;
+
+/// [`send_files`] over several links: a file whose channel failed because
+/// its link went down (`notices` tells every channel's end) is read and
+/// sent again, over the links that are up, up to [`LINK_RETRIES`] times;
+/// returns once every file was sent or gave up. Returns how many could not
+/// be read.
+pub fn send_files_over_links(
+    files: &[SourceFile],
+    handle: &SourceHandle,
+    notices: &std::sync::mpsc::Receiver<crate::send::SentNotice>,
+) -> usize {
+    use std::collections::{HashMap, VecDeque};
+    let mut failed = 0;
+    // token → (file, attempt); files to send again, in order.
+    let mut out: HashMap<u64, (usize, u32)> = HashMap::new();
+    let mut again: VecDeque<(usize, u32)> = VecDeque::new();
+    let mut next = 0;
+    let ended = |n: crate::send::SentNotice,
+                 out: &mut HashMap<u64, (usize, u32)>,
+                 again: &mut VecDeque<(usize, u32)>| {
+        let Some((i, attempt)) = out.remove(&n.token) else {
+            return;
+        };
+        let lost = n.status != crate::send::SentStatus::Sent && handle.link_down(n.token);
+        if lost && attempt <= LINK_RETRIES {
+            tracing::warn!(
+                path = %files[i].path.display(),
+                "{}: its link went down, sending it again over another",
+                files[i].name
+            );
+            again.push_back((i, attempt + 1));
+        }
+    };
+    loop {
+        while let Ok(n) = notices.try_recv() {
+            ended(n, &mut out, &mut again);
+        }
+        let job = again.pop_front().or_else(|| {
+            (next < files.len()).then(|| {
+                next += 1;
+                (next - 1, 1)
+            })
+        });
+        match job {
+            Some((i, attempt)) => match send_one(&files[i], handle) {
+                Ok(token) => {
+                    out.insert(token, (i, attempt));
+                }
+                Err(e) => {
+                    tracing::error!(path = %files[i].path.display(), "{e}");
+                    failed += 1;
+                    if matches!(e, SourceFileError::Closed(_)) {
+                        return failed;
+                    }
+                }
+            },
+            None if out.is_empty() => return failed,
+            None => match notices.recv_timeout(std::time::Duration::from_millis(200)) {
+                Ok(n) => ended(n, &mut out, &mut again),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return failed,
+            },
+        }
+    }
+}
+
+fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<u64, SourceFileError> {
     let mut file = File::open(&f.path).map_err(SourceFileError::Open)?;
     let meta = file.metadata().map_err(SourceFileError::Stat)?;
     let cm = ChannelMeta {
@@ -214,7 +282,8 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<(), SourceFileError
             break;
         }
     }
-    Ok(handle.finish(token)?)
+    handle.finish(token)?;
+    Ok(token)
 }
 
 /// Reads up to `max` bytes (fewer only at EOF) into a new buffer. The buffer

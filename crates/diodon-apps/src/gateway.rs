@@ -20,7 +20,9 @@
 //! the metrics listener bound); `OpenedSend::run` / `OpenedRecv::run`
 //! start the threads and run to the end. `run_send` / `run_recv` do both.
 
-use crate::files::{send_files, FileSink, FileSinkOptions, FileSinkStats, SourceFile};
+use crate::files::{
+    send_files, send_files_over_links, FileSink, FileSinkOptions, FileSinkStats, SourceFile,
+};
 use crate::kafka::source::sent_channel;
 use crate::kafka::{
     KafkaSink, KafkaSinkOptions, KafkaSinkStats, KafkaSource, KafkaSourceOptions, KafkaSourceStats,
@@ -287,13 +289,22 @@ impl OpenedSend {
     /// end; `watch` sees the live progress meanwhile.
     pub fn run(self, mut watch: impl FnMut(&SendProgress)) -> Result<SendSummary, GatewayError> {
         let OpenedSend {
-            opts,
+            mut opts,
             udp,
             more,
             input,
             metrics,
             stop,
         } = self;
+        // Files over several links: what a link lost when it went down goes
+        // again over another (the report still lists every attempt).
+        let file_notices = (!more.is_empty()
+            && matches!(input, OpenedInput::Ready(SendInput::Files(_))))
+        .then(|| {
+            let (hook, rx) = crate::send::notices(true);
+            opts.on_sent = Some(hook);
+            rx
+        });
         let links = crate::send::link_options(&opts, udp, more);
         let health: Vec<Arc<LinkHealth>> =
             links.iter().map(|(o, _)| LinkHealth::new(o.dest)).collect();
@@ -338,7 +349,7 @@ impl OpenedSend {
         };
         let source = thread::Builder::new()
             .name("diodon-source".into())
-            .spawn(move || run_source(input, &handle, &source_stop, source_stats))
+            .spawn(move || run_source(input, &handle, &source_stop, source_stats, file_notices))
             .map_err(GatewayError::io("starting the source thread"))?;
 
         let before = UdpSnmp::read().ok();
@@ -387,6 +398,7 @@ fn run_source(
     handle: &crate::send::SourceHandle,
     stop: &Arc<AtomicBool>,
     stats: SourceStats,
+    file_notices: Option<mpsc::Receiver<SentNotice>>,
 ) -> usize {
     let SourceStats {
         udp: udp_stats,
@@ -426,7 +438,10 @@ fn run_source(
             send_reader(std::io::stdin().lock(), "stdin", handle)
                 .map_or_else(|e| failed("stdin", &e), |_| 0)
         }
-        OpenedInput::Ready(SendInput::Files(files)) => send_files(&files, handle),
+        OpenedInput::Ready(SendInput::Files(files)) => match file_notices {
+            Some(n) => send_files_over_links(&files, handle, &n),
+            None => send_files(&files, handle),
+        },
         OpenedInput::Kafka(kafka) => {
             let (o, notices) = *kafka;
             let st = kafka_stats.unwrap_or_default();

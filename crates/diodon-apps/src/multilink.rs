@@ -6,7 +6,7 @@
 //! ```text
 //!  SourceHandle::open_keyed(meta, key) ─► pick(key, links up) ─► that link's queue ─► its core
 //!  core thread, every 100 ms: BatchSender::path_state(receiver) ─► LinkWatch ─► LinkHealth.up
-//!    down: its open channels aborted (a verdict, not a silent loss), new ones refused,
+//!    down: its open channels aborted (a verdict, not a silent loss), new ones too,
 //!          reported once; up again: reported, new channels come back (same hash)
 //! ```
 //!
@@ -30,7 +30,7 @@ diodon_counters::counters! {
         up: gauge Count "up" "1 while the link's interface is up and has a carrier, else 0.",
         down_events: counter Count "down_events" "Times the link went down.",
         aborted: counter Count "channels_aborted" "Channels aborted because their link went down (their sources see them fail).",
-        refused: counter Count "channels_refused" "Channels refused because their link was down when they reached it.",
+        refused: counter Count "channels_turned_away" "Channels that reached the link while it was down: aborted at once (their sources see them fail; a sync sends the file again).",
         datagrams: counter Count "datagrams" "Datagrams handed to the kernel on this link.",
         sent: counter Count "channels_sent" "Channels this link sent complete.",
         failed: counter Count "channels_failed" "Channels aborted or refused on this link (for any reason).",

@@ -20,7 +20,7 @@ use crate::kafka::{KafkaSinkCounters, KafkaSourceCounters};
 use crate::multilink::{LinkCounters, LinkHealth};
 use crate::packet_sink::PacketSinkCounters;
 use crate::recv::{ChannelOutcome, RecvReport, RecvSocketCounters, Verdict};
-use crate::send::{SendReport, SentChannel};
+use crate::send::{SendReport, SentChannel, SentStatus};
 use crate::tunnel::{TunnelSinkCounters, TunnelSourceCounters};
 use crate::udp_flow::{UdpForwardCounters, UdpSourceCounters};
 use crate::PipelineError;
@@ -179,6 +179,18 @@ pub struct SendSummary {
     /// session and health; the fields above add up all links.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkSummary>,
+    /// With several links: channels that failed on a link that went down
+    /// and were then sent over another (not in `channels_failed`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub channels_retried: usize,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One link of a sender with several.
@@ -231,8 +243,8 @@ impl SendSummary {
         all.warnings.clear();
         let mut duration = Duration::ZERO;
         for (r, h) in reports.iter().zip(links) {
-            add_into(&mut all.core, &r.stats.snapshot());
-            add_into(&mut all.socket, &r.io.snapshot());
+            all.core.add(&r.stats.snapshot());
+            all.socket.add(&r.io.snapshot());
             all.channels.extend(r.channels.iter().cloned());
             all.warnings.extend(
                 r.warnings
@@ -261,6 +273,24 @@ impl SendSummary {
         all.bytes = all.links.iter().map(|l| l.bytes).sum();
         all.channels_sent = all.links.iter().map(|l| l.channels_sent).sum();
         all.channels_failed = all.links.iter().map(|l| l.channels_failed).sum();
+        if !all.channels.is_empty() {
+            // A channel that failed and went again under its name counts
+            // once, as sent.
+            let sent: std::collections::HashSet<&str> = all
+                .channels
+                .iter()
+                .filter(|c| c.status == SentStatus::Sent)
+                .map(|c| c.name.as_str())
+                .collect();
+            let failed = all.channels.iter().filter(|c| c.status != SentStatus::Sent);
+            let retried = failed
+                .clone()
+                .filter(|c| sent.contains(c.name.as_str()))
+                .count();
+            all.channels_retried = retried;
+            all.channels_sent = all.channels.len() - failed.count();
+            all.channels_failed = all.channels.len() - all.channels_sent - retried;
+        }
         all.duration_s = duration.as_secs_f64();
         all.goodput_mbps = mbps(all.bytes, duration);
         all
@@ -289,6 +319,7 @@ impl SendSummary {
             tunnel: None,
             kafka: None,
             links: Vec::new(),
+            channels_retried: 0,
         }
     }
 
@@ -372,7 +403,7 @@ impl SendSummary {
             let h = &l.health;
             let _ = writeln!(
                 s,
-                "  link to {} (session {}): {} bytes, channels sent {}, failed {}; {}, down {} times, {} channels aborted and {} refused while down",
+                "  link to {} (session {}): {} bytes, channels sent {}, failed {}; {}, down {} times, {} channels aborted while down and {} turned away",
                 l.to,
                 l.session,
                 l.bytes,
@@ -389,9 +420,17 @@ impl SendSummary {
         }
         let _ = writeln!(
             s,
-            "  channels sent {}, failed {}",
+            "  channels sent {}, failed {}{}",
             self.channels_sent,
-            self.channels_failed + self.source_errors
+            self.channels_failed + self.source_errors,
+            if self.channels_retried > 0 {
+                format!(
+                    " ({} more failed on a link that went down and were sent again over another)",
+                    self.channels_retried
+                )
+            } else {
+                String::new()
+            }
         );
         for ch in &self.channels {
             let _ = writeln!(
@@ -404,13 +443,6 @@ impl SendSummary {
             let _ = writeln!(s, "  warning: {w}");
         }
         s
-    }
-}
-
-/// Adds every counter of `more` into `total`.
-pub(crate) fn add_into(total: &mut Snapshot, more: &Snapshot) {
-    for (k, v) in &more.0 {
-        *total.0.entry(k.clone()).or_default() += v;
     }
 }
 

@@ -18,7 +18,6 @@
 
 use crate::key_file::KeyReload;
 use crate::multilink::{Change, LinkHealth, LinkWatch};
-use crate::report::add_into;
 use crate::PipelineError;
 use diodon_counters::{CounterSet as _, Snapshot};
 use diodon_io::{
@@ -143,6 +142,16 @@ impl SourceHandle {
         Ok(token)
     }
 
+    /// Whether the link that carried `token` is down now (a channel that
+    /// failed there may go again over another).
+    pub fn link_down(&self, token: u64) -> bool {
+        let n = self.links.len() as u64;
+        self.links[(token % n) as usize]
+            .health
+            .as_ref()
+            .is_some_and(|h| !h.is_up())
+    }
+
     /// The queue of the link that carries `token`.
     fn tx(&self, token: u64) -> &SyncSender<SourceMsg> {
         let n = self.links.len() as u64;
@@ -206,7 +215,38 @@ pub struct SentNotice {
 
 /// Called on the core thread for every channel that ends (must not block).
 #[derive(Clone)]
-pub struct SentHook(pub Arc<dyn Fn(SentNotice) + Send + Sync>);
+pub struct SentHook {
+    /// Told about each channel.
+    pub call: Arc<dyn Fn(SentNotice) + Send + Sync>,
+    /// Whether the report still lists every channel: a run that ends (a
+    /// file source that sends again what a link lost); a long-running one
+    /// (a sync, a Kafka source) lists none.
+    pub keep_report: bool,
+}
+
+impl SentHook {
+    /// A hook that the report does not duplicate.
+    pub fn new(call: impl Fn(SentNotice) + Send + Sync + 'static) -> Self {
+        SentHook {
+            call: Arc::new(call),
+            keep_report: false,
+        }
+    }
+}
+
+/// A hook that forwards every notice to the returned receiver (never
+/// blocking the core).
+pub fn notices(keep_report: bool) -> (SentHook, Receiver<SentNotice>) {
+    let (tx, rx) = mpsc::channel::<SentNotice>();
+    let tx = Mutex::new(tx);
+    let mut hook = SentHook::new(move |n| {
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(n);
+        }
+    });
+    hook.keep_report = keep_report;
+    (hook, rx)
+}
 
 impl std::fmt::Debug for SentHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -567,7 +607,7 @@ pub fn run_sender_on(
 
 /// [`run_sender_on`] for one link of several (`crate::multilink`): the
 /// core watches its link's path, aborts what is open on it when it goes
-/// down and refuses new channels until it is up again; a send that fails
+/// down and turns new channels away (aborted) until it is up again; a send that fails
 /// on the path does not end the run.
 pub(crate) fn run_link_sender(
     udp: BatchSender,
@@ -774,8 +814,8 @@ fn add_up(links: &[Arc<SendProgress>], total: &SendProgress) {
     let (mut core, mut socket) = (Snapshot::default(), Snapshot::default());
     for p in links {
         if let Ok(g) = p.snapshot.lock() {
-            add_into(&mut core, &g.0.snapshot());
-            add_into(&mut socket, &g.1.snapshot());
+            core.add(&g.0.snapshot());
+            socket.add(&g.1.snapshot());
         }
     }
     if let Ok(mut g) = total.snapshot.lock() {
@@ -857,16 +897,23 @@ impl Core {
         match msg {
             SourceMsg::Open { token, meta } => {
                 let name = meta.name.clone();
+                // A channel that reaches a link while it is down fails as
+                // aborted (a sync sends the file again later), not refused.
                 let opened = match &self.link {
                     Some(w) if !w.health.is_up() => {
                         w.health.count_refused();
-                        Err(format!(
-                            "the link to {} is down ({})",
+                        tracing::warn!(
+                            name = %name,
+                            "channel aborted: the link to {} is down ({})",
                             w.health.dest,
                             w.health.last_down()
-                        ))
+                        );
+                        Err(SentStatus::Aborted)
                     }
-                    _ => self.sender.open_channel(meta).map_err(|e| e.to_string()),
+                    _ => self.sender.open_channel(meta).map_err(|e| {
+                        tracing::error!(name = %name, "channel refused: {e}");
+                        SentStatus::Refused(e.to_string())
+                    }),
                 };
                 match opened {
                     Ok(id) => {
@@ -880,11 +927,10 @@ impl Core {
                         );
                         self.tokens.insert(token, Chan { id: Some(id), name });
                     }
-                    Err(e) => {
-                        tracing::error!(name = %name, "channel refused: {e}");
+                    Err(status) => {
                         self.notify(SentNotice {
                             token,
-                            status: SentStatus::Refused(e.clone()),
+                            status: status.clone(),
                             bytes: 0,
                             digest: None,
                         });
@@ -892,7 +938,7 @@ impl Core {
                             name: name.clone(),
                             bytes: 0,
                             digest: String::new(),
-                            status: SentStatus::Refused(e),
+                            status,
                         });
                         self.tokens.insert(token, Chan { id: None, name });
                     }
@@ -1075,7 +1121,7 @@ impl Core {
         if let Some(w) = &self.link {
             w.health.count_ended(ch.status == SentStatus::Sent);
         }
-        if self.on_sent.is_none() {
+        if self.on_sent.as_ref().is_none_or(|h| h.keep_report) {
             self.report.push(ch);
         }
     }
@@ -1089,7 +1135,7 @@ impl Core {
 
     fn notify(&self, notice: SentNotice) {
         if let Some(hook) = &self.on_sent {
-            (hook.0)(notice);
+            (hook.call)(notice);
         }
     }
 

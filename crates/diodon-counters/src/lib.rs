@@ -175,6 +175,15 @@ impl Snapshot {
                 .collect(),
         )
     }
+
+    /// Adds every value of `more` to this one's, field by field (the
+    /// counters of several links as one).
+    pub fn add(&mut self, more: &Snapshot) {
+        for (k, v) in &more.0 {
+            let total = self.0.entry(k.clone()).or_default();
+            *total = total.saturating_add(*v);
+        }
+    }
 }
 
 /// The CSV column names of a counter set, `SUBSYSTEM_FIELD`, in declaration order.
@@ -294,6 +303,17 @@ mod tests {
                 "kernel_udp_rx_bytes_total",
             ]
         );
+    }
+
+    #[test]
+    fn snapshots_add_up_field_by_field() {
+        let one = |pairs: &[(&str, u64)]| {
+            Snapshot(pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect())
+        };
+        let mut total = one(&[("a", 1), ("b", 2)]);
+        total.add(&one(&[("b", 3), ("c", u64::MAX)]));
+        total.add(&one(&[("c", 1)]));
+        assert_eq!(total, one(&[("a", 1), ("b", 5), ("c", u64::MAX)]));
     }
 
     #[test]

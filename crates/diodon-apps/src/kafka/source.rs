@@ -53,7 +53,7 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, Timestamp, TopicPartitionList};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -225,14 +225,7 @@ pub struct KafkaSource {
 /// [`KafkaSource`] reads: which channels went out (the hook never blocks
 /// the core).
 pub fn sent_channel() -> (SentHook, Receiver<SentNotice>) {
-    let (tx, rx) = mpsc::channel::<SentNotice>();
-    let tx = Mutex::new(tx);
-    let hook = SentHook(Arc::new(move |n| {
-        if let Ok(tx) = tx.lock() {
-            let _ = tx.send(n);
-        }
-    }));
-    (hook, rx)
+    crate::send::notices(false)
 }
 
 impl std::fmt::Debug for KafkaSource {

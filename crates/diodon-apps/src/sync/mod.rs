@@ -106,11 +106,11 @@ pub fn run_sync(
 ) -> Result<SyncSummary, SyncError> {
     let (inbox_tx, inbox) = mpsc::channel::<Inbox>();
     let hook_tx = Mutex::new(inbox_tx.clone());
-    opts.send.on_sent = Some(SentHook(Arc::new(move |n| {
+    opts.send.on_sent = Some(SentHook::new(move |n| {
         if let Ok(tx) = hook_tx.lock() {
             let _ = tx.send(Inbox::Sent(n));
         }
-    })));
+    }));
     let SyncLinks {
         first,
         more,
