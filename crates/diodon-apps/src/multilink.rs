@@ -10,14 +10,24 @@
 //!          reported once; up again: reported, new channels come back (same hash)
 //! ```
 //!
-//! **Stable hash.** A channel's key (its name; a Kafka segment's
-//! topic-partition) picks the link by rendezvous hashing: each link scores
-//! BLAKE3(key, link number) and the highest score among the links that
-//! are up wins. The same key takes the same link in every run and process
-//! while the links are up; a link going down moves only its own keys, and
-//! they come back when it does.
+//! **Stable hash.** A channel's name picks the link by rendezvous hashing:
+//! each link scores BLAKE3(name, link number) and the highest score among
+//! the links that are up wins. The same name takes the same link in every
+//! run and process while the links are up; a link going down moves only
+//! its own names, and they come back when it does.
+//!
+//! **Flows.** Channels opened with a key (the segments of one Kafka
+//! partition) are a flow that must keep its order, and there are few of
+//! them (six partitions over two links by hash alone split 4 : 2 two times
+//! in three). [`Flows`] gives a new key its best-scoring link among those
+//! up that carries fewer than its share of keys (rendezvous with bounded
+//! load: six partitions split 3 : 3), and keeps it there: a key moves only
+//! when its link goes down, never back while its segments may still be in
+//! flight on the other (its far partition would lose its order); a link
+//! that comes back takes new keys.
 
 use diodon_io::BatchSender;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -121,6 +131,49 @@ pub fn pick(key: &[u8], links: usize, is_up: impl Fn(usize) -> bool) -> usize {
             .max_by_key(|&i| score(key, i))
     };
     best(true).or_else(|| best(false)).unwrap_or(0)
+}
+
+/// The links of keyed flows (module doc): sticky, at most their share per
+/// link when they were placed.
+#[derive(Debug, Default)]
+pub(crate) struct Flows {
+    of: HashMap<Vec<u8>, usize>,
+    per_link: Vec<usize>,
+}
+
+impl Flows {
+    /// The link of flow `key` among `links` links, of which `is_up` tells
+    /// which are up.
+    pub(crate) fn pick(
+        &mut self,
+        key: &[u8],
+        links: usize,
+        is_up: impl Fn(usize) -> bool,
+    ) -> usize {
+        self.per_link.resize(links, 0);
+        if let Some(&at) = self.of.get(key) {
+            if is_up(at) {
+                return at;
+            }
+            self.per_link[at] = self.per_link[at].saturating_sub(1);
+        }
+        let mut up: Vec<usize> = (0..links).filter(|&i| is_up(i)).collect();
+        if up.is_empty() {
+            // None is up: the hash picks, and that core turns it away.
+            return pick(key, links, |_| false);
+        }
+        up.sort_by_key(|&i| std::cmp::Reverse(score(key, i)));
+        let placed: usize = up.iter().map(|&i| self.per_link[i]).sum();
+        let share = (placed + 1).div_ceil(up.len());
+        let at = up
+            .iter()
+            .copied()
+            .find(|&i| self.per_link[i] < share)
+            .unwrap_or(up[0]);
+        self.per_link[at] += 1;
+        self.of.insert(key.to_vec(), at);
+        at
+    }
 }
 
 /// The rendezvous score of `key` on link number `link`.
@@ -255,6 +308,40 @@ mod tests {
             before[1],
             "all down: the hash still picks"
         );
+    }
+
+    #[test]
+    fn flows_split_evenly_keep_their_link_and_move_only_when_it_is_down() {
+        let l = links(2);
+        let up = |i: usize| l[i].is_up();
+        let mut flows = Flows::default();
+        let keys: Vec<String> = (0..6).map(|p| format!("src/{p}")).collect();
+        let first: Vec<usize> = keys
+            .iter()
+            .map(|k| flows.pick(k.as_bytes(), 2, up))
+            .collect();
+        assert_eq!(first.iter().filter(|&&i| i == 0).count(), 3, "{first:?}");
+        // Sticky: asked again, each keeps its link.
+        for (k, &at) in keys.iter().zip(&first) {
+            assert_eq!(flows.pick(k.as_bytes(), 2, up), at);
+        }
+        // Link 1 down: its flows move to link 0; link 0's stay.
+        l[1].up.store(false, Ordering::Relaxed);
+        let down: Vec<usize> = keys
+            .iter()
+            .map(|k| flows.pick(k.as_bytes(), 2, up))
+            .collect();
+        assert_eq!(down, [0; 6]);
+        // Back up: nobody moves back (their segments may be in flight on
+        // link 0); a new flow takes link 1, which has room.
+        l[1].up.store(true, Ordering::Relaxed);
+        let after: Vec<usize> = keys
+            .iter()
+            .map(|k| flows.pick(k.as_bytes(), 2, up))
+            .collect();
+        assert_eq!(after, [0; 6]);
+        assert_eq!(flows.pick(b"src/6", 2, up), 1);
+        assert_eq!(flows.pick(b"src/7", 2, up), 1);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! channel table) and returns its [`SendReport`].
 
 use crate::key_file::KeyReload;
-use crate::multilink::{Change, LinkHealth, LinkWatch};
+use crate::multilink::{Change, Flows, LinkHealth, LinkWatch};
 use crate::PipelineError;
 use diodon_counters::{CounterSet as _, Snapshot};
 use diodon_io::{
@@ -95,6 +95,8 @@ pub struct Closed;
 #[derive(Debug, Clone)]
 pub struct SourceHandle {
     links: Arc<[LinkInput]>,
+    /// The links of keyed flows (`open_keyed`).
+    flows: Arc<Mutex<Flows>>,
     tokens: Arc<AtomicU64>,
     chunk: usize,
 }
@@ -116,24 +118,37 @@ impl SourceHandle {
     }
 
     /// Announces a channel and returns its token. With several links, the
-    /// channel's name picks its link.
+    /// stable hash of the channel's name picks its link among those up.
     pub fn open(&self, meta: ChannelMeta) -> Result<u64, Closed> {
-        let key = meta.name.clone();
-        self.open_keyed(meta, key.as_bytes())
-    }
-
-    /// Announces a channel whose link `key` picks (channels with one key,
-    /// such as the segments of one Kafka partition, keep to one link while
-    /// it is up).
-    pub fn open_keyed(&self, meta: ChannelMeta, key: &[u8]) -> Result<u64, Closed> {
-        let n = self.links.len() as u64;
-        let link = if n == 1 {
+        let link = if self.links.len() == 1 {
             0
         } else {
-            crate::multilink::pick(key, self.links.len(), |i| {
-                self.links[i].health.as_ref().is_none_or(|h| h.is_up())
-            })
+            crate::multilink::pick(meta.name.as_bytes(), self.links.len(), |i| self.is_up(i))
         };
+        self.open_on(meta, link)
+    }
+
+    /// Announces a channel of the flow `key` (the segments of one Kafka
+    /// partition): every channel of a flow takes one link, which it leaves
+    /// only when that link goes down, and flows spread evenly
+    /// (`crate::multilink`).
+    pub fn open_keyed(&self, meta: ChannelMeta, key: &[u8]) -> Result<u64, Closed> {
+        let link = if self.links.len() == 1 {
+            0
+        } else {
+            let mut flows = self.flows.lock().map_err(|_| Closed)?;
+            flows.pick(key, self.links.len(), |i| self.is_up(i))
+        };
+        self.open_on(meta, link)
+    }
+
+    fn is_up(&self, link: usize) -> bool {
+        self.links[link].health.as_ref().is_none_or(|h| h.is_up())
+    }
+
+    /// Announces a channel on link number `link`.
+    fn open_on(&self, meta: ChannelMeta, link: usize) -> Result<u64, Closed> {
+        let n = self.links.len() as u64;
         let token = self.tokens.fetch_add(1, Ordering::Relaxed) * n + link as u64;
         self.links[link]
             .tx
@@ -448,6 +463,7 @@ fn queue_of(capacity: usize, chunk: usize) -> (SourceHandle, Receiver<SourceMsg>
     (
         SourceHandle {
             links: Arc::new([LinkInput { tx, health: None }]),
+            flows: Arc::default(),
             tokens: Arc::new(AtomicU64::new(1)),
             chunk,
         },
@@ -475,6 +491,7 @@ pub(crate) fn link_queues(
     (
         SourceHandle {
             links: inputs.into(),
+            flows: Arc::default(),
             tokens: Arc::new(AtomicU64::new(1)),
             chunk,
         },
