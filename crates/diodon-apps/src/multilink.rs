@@ -40,7 +40,7 @@ diodon_counters::counters! {
         up: gauge Count "up" "1 while the link's interface is up and has a carrier, else 0.",
         down_events: counter Count "down_events" "Times the link went down.",
         aborted: counter Count "channels_aborted" "Channels aborted because their link went down (their sources see them fail).",
-        refused: counter Count "channels_turned_away" "Channels that reached the link while it was down: aborted at once (their sources see them fail; a sync sends the file again).",
+        turned_away: counter Count "channels_turned_away" "Channels that reached the link while it was down: aborted at once (their sources see them fail; a sync sends the file again).",
         datagrams: counter Count "datagrams" "Datagrams handed to the kernel on this link.",
         sent: counter Count "channels_sent" "Channels this link sent complete.",
         failed: counter Count "channels_failed" "Channels aborted or refused on this link (for any reason).",
@@ -56,7 +56,7 @@ pub struct LinkHealth {
     up: AtomicBool,
     down_events: AtomicU64,
     aborted: AtomicU64,
-    refused: AtomicU64,
+    turned_away: AtomicU64,
     datagrams: AtomicU64,
     sent: AtomicU64,
     failed: AtomicU64,
@@ -71,7 +71,7 @@ impl LinkHealth {
             up: AtomicBool::new(true),
             down_events: AtomicU64::new(0),
             aborted: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
+            turned_away: AtomicU64::new(0),
             datagrams: AtomicU64::new(0),
             sent: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -95,7 +95,7 @@ impl LinkHealth {
             up: u64::from(self.is_up()),
             down_events: self.down_events.load(Ordering::Relaxed),
             aborted: self.aborted.load(Ordering::Relaxed),
-            refused: self.refused.load(Ordering::Relaxed),
+            turned_away: self.turned_away.load(Ordering::Relaxed),
             datagrams: self.datagrams.load(Ordering::Relaxed),
             sent: self.sent.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
@@ -106,8 +106,8 @@ impl LinkHealth {
         self.aborted.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn count_refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn count_turned_away(&self) {
+        self.turned_away.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_ended(&self, sent: bool) {

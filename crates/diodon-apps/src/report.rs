@@ -206,7 +206,7 @@ pub struct LinkSummary {
     pub channels_sent: usize,
     /// Channels aborted or refused on it.
     pub channels_failed: usize,
-    /// Its health: up now, times down, channels aborted or refused because
+    /// Its health: up now, times down, channels aborted or turned away because
     /// it was down, datagrams.
     pub health: LinkCounters,
     /// Why it was last down (empty: never).
@@ -412,7 +412,7 @@ impl SendSummary {
                 if h.up == 1 { "up" } else { "DOWN" },
                 h.down_events,
                 h.aborted,
-                h.refused
+                h.turned_away
             );
             if !l.last_down.is_empty() {
                 let _ = writeln!(s, "    last down: {}", l.last_down);

@@ -918,7 +918,7 @@ impl Core {
                 // aborted (a sync sends the file again later), not refused.
                 let opened = match &self.link {
                     Some(w) if !w.health.is_up() => {
-                        w.health.count_refused();
+                        w.health.count_turned_away();
                         tracing::warn!(
                             name = %name,
                             "channel aborted: the link to {} is down ({})",
