@@ -580,4 +580,32 @@ mod tests {
         assert!(get(addr, "GET /other").0.contains(" 404"));
         assert!(get(addr, "POST /counters").0.contains(" 405"));
     }
+
+    #[test]
+    fn a_sender_with_several_links_labels_each_links_health() {
+        use crate::multilink::LinkHealth;
+        let links = vec![
+            LinkHealth::new("10.81.1.2:7700".parse().expect("test")),
+            LinkHealth::new("10.81.2.2:7700".parse().expect("test")),
+        ];
+        let source = Source::Send {
+            progress: Arc::new(SendProgress::default()),
+            udp: None,
+            tunnel: None,
+            kafka: None,
+            sync: None,
+            links,
+        };
+        let page = render(&source, None);
+        for to in ["10.81.1.2:7700", "10.81.2.2:7700"] {
+            assert!(
+                page.contains(&format!("diodon_link_up{{to=\"{to}\"}} 1\n")),
+                "{page}"
+            );
+            assert!(
+                page.contains(&format!("diodon_link_down_events_total{{to=\"{to}\"}} 0\n")),
+                "{page}"
+            );
+        }
+    }
 }
