@@ -186,8 +186,8 @@ pub fn send_files(files: &[SourceFile], handle: &SourceHandle) -> usize {
 pub const LINK_RETRIES: u32 = 3;
 
 /// [`send_files`] over several links: a file whose channel failed because
-/// its link went down (`notices` tells every channel's end) is read and
-/// sent again, over the links that are up, up to [`LINK_RETRIES`] times;
+/// its link went down (`notices` tells every channel's end, and whether
+/// its link was lost) is read and sent again, over the links that are up, up to [`LINK_RETRIES`] times;
 /// returns once every file was sent or gave up. Returns how many could not
 /// be read.
 pub fn send_files_over_links(
@@ -197,18 +197,34 @@ pub fn send_files_over_links(
 ) -> usize {
     use std::collections::{HashMap, VecDeque};
     let mut failed = 0;
-    // token → (file, attempt); files to send again, in order.
+    // token → (file, attempt) of the channels in flight and of the last
+    // ones sent (a link seen down just after may still take one back);
+    // files to send again, in order.
     let mut out: HashMap<u64, (usize, u32)> = HashMap::new();
+    let mut sent: VecDeque<(u64, (usize, u32))> = VecDeque::new();
     let mut again: VecDeque<(usize, u32)> = VecDeque::new();
     let mut next = 0;
     let ended = |n: crate::send::SentNotice,
                  out: &mut HashMap<u64, (usize, u32)>,
+                 sent: &mut VecDeque<(u64, (usize, u32))>,
                  again: &mut VecDeque<(usize, u32)>| {
-        let Some((i, attempt)) = out.remove(&n.token) else {
+        let taken_back = || sent.iter().position(|(t, _)| *t == n.token);
+        let found = match out.remove(&n.token) {
+            Some(f) => Some(f),
+            None if n.link_lost => taken_back().and_then(|at| sent.remove(at)).map(|(_, f)| f),
+            None => None,
+        };
+        let Some((i, attempt)) = found else {
             return;
         };
-        let lost = n.status != crate::send::SentStatus::Sent && handle.link_down(n.token);
-        if lost && attempt <= LINK_RETRIES {
+        if n.status == crate::send::SentStatus::Sent {
+            if sent.len() >= 256 {
+                sent.pop_front();
+            }
+            sent.push_back((n.token, (i, attempt)));
+            return;
+        }
+        if n.link_lost && attempt <= LINK_RETRIES {
             tracing::warn!(
                 path = %files[i].path.display(),
                 "{}: its link went down, sending it again over another",
@@ -219,7 +235,7 @@ pub fn send_files_over_links(
     };
     loop {
         while let Ok(n) = notices.try_recv() {
-            ended(n, &mut out, &mut again);
+            ended(n, &mut out, &mut sent, &mut again);
         }
         let job = again.pop_front().or_else(|| {
             (next < files.len()).then(|| {
@@ -242,7 +258,7 @@ pub fn send_files_over_links(
             },
             None if out.is_empty() => return failed,
             None => match notices.recv_timeout(std::time::Duration::from_millis(200)) {
-                Ok(n) => ended(n, &mut out, &mut again),
+                Ok(n) => ended(n, &mut out, &mut sent, &mut again),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return failed,
             },

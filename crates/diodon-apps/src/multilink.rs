@@ -115,6 +115,16 @@ impl LinkHealth {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A channel counted sent is lost after all (it ended just before the
+    /// link was seen down).
+    pub(crate) fn count_recalled(&self) {
+        let _ = self
+            .sent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.aborted.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn count_datagrams(&self, n: u64) {
         self.datagrams.fetch_add(n, Ordering::Relaxed);
     }

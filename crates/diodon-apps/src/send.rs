@@ -157,16 +157,6 @@ impl SourceHandle {
         Ok(token)
     }
 
-    /// Whether the link that carried `token` is down now (a channel that
-    /// failed there may go again over another).
-    pub fn link_down(&self, token: u64) -> bool {
-        let n = self.links.len() as u64;
-        self.links[(token % n) as usize]
-            .health
-            .as_ref()
-            .is_some_and(|h| !h.is_up())
-    }
-
     /// The queue of the link that carries `token`.
     fn tx(&self, token: u64) -> &SyncSender<SourceMsg> {
         let n = self.links.len() as u64;
@@ -226,6 +216,9 @@ pub struct SentNotice {
     pub bytes: u64,
     /// Its BLAKE3 digest (when sent).
     pub digest: Option<[u8; 32]>,
+    /// It failed because its link went down (aborted in flight or turned
+    /// away): another link may carry it.
+    pub link_lost: bool,
 }
 
 /// Called on the core thread for every channel that ends (must not block).
@@ -595,7 +588,16 @@ struct Core {
     batch_gap: Duration,
     /// One link of several: its path, watched.
     link: Option<LinkWatch>,
+    /// Channels in the core when the link went down: they end as lost.
+    lost_to_link: std::collections::HashSet<ChannelId>,
+    /// Channels that ended sent lately (one link of several): when, their
+    /// token and name.
+    recent_sent: std::collections::VecDeque<(diodon_proto::Timestamp, u64, String)>,
 }
+
+/// How long before a link is seen down a channel that ended sent may still
+/// have lost datagrams to it (looks every 100 ms, a loaded machine).
+const RECENTLY_SENT: Duration = Duration::from_millis(500);
 
 /// Runs the core thread's loop on the calling thread until every
 /// [`SourceHandle`] is dropped and everything left (or `stop` is set, which
@@ -672,6 +674,8 @@ pub(crate) fn run_link_sender(
         buf: Vec::with_capacity(70_000),
         batch_gap,
         link: link.map(|h| LinkWatch::new(h, opts.udp.device.clone())),
+        lost_to_link: std::collections::HashSet::new(),
+        recent_sent: std::collections::VecDeque::new(),
     };
     let mut idle_since: Option<diodon_proto::Timestamp> = None;
     let mut stopping = false;
@@ -947,6 +951,7 @@ impl Core {
                     Err(status) => {
                         self.notify(SentNotice {
                             token,
+                            link_lost: status == SentStatus::Aborted,
                             status: status.clone(),
                             bytes: 0,
                             digest: None,
@@ -1036,12 +1041,17 @@ impl Core {
                 for chan in self.tokens.values_mut() {
                     chan.id = None;
                 }
+                // Every channel in the core is lost to the link, also one
+                // the core can no longer abort (all its data cut): when it
+                // ends, it ends as lost, whatever the core says.
                 let ids: Vec<ChannelId> = self.by_id.keys().copied().collect();
                 for id in ids {
                     if let Err(e) = self.sender.abort(now, id) {
                         tracing::debug!(channel = %id, "abort: {e}");
                     }
+                    self.lost_to_link.insert(id);
                 }
+                self.recall_recent(now);
             }
             Change::Up => tracing::warn!(
                 link = %dest,
@@ -1091,17 +1101,33 @@ impl Core {
     fn drain_events(&mut self) {
         while let Some(ev) = self.sender.poll_event() {
             match ev {
+                SenderEvent::ChannelSent { channel, .. }
+                | SenderEvent::ChannelAborted { channel }
+                    if self.lost_to_link.remove(&channel) =>
+                {
+                    self.ended_lost(channel);
+                }
                 SenderEvent::ChannelSent {
                     channel,
                     bytes,
                     digest,
                 } => {
                     let (name, token) = self.forget(channel);
+                    if self.link.is_some() {
+                        let now = self.clock.now();
+                        while self.recent_sent.front().is_some_and(|(at, _, _)| {
+                            now.saturating_duration_since(*at) > RECENTLY_SENT
+                        }) {
+                            self.recent_sent.pop_front();
+                        }
+                        self.recent_sent.push_back((now, token, name.clone()));
+                    }
                     self.notify(SentNotice {
                         token,
                         status: SentStatus::Sent,
                         bytes,
                         digest: Some(digest),
+                        link_lost: false,
                     });
                     let digest = hex::encode(digest);
                     tracing::debug!(%channel, name = %name, bytes, blake3 = %digest, "channel sent");
@@ -1120,6 +1146,7 @@ impl Core {
                         status: SentStatus::Aborted,
                         bytes: 0,
                         digest: None,
+                        link_lost: false,
                     });
                     self.record(SentChannel {
                         name,
@@ -1129,6 +1156,57 @@ impl Core {
                     });
                 }
             }
+        }
+    }
+
+    /// A channel the link lost ended: its source is told so (another link
+    /// may carry it), the report lists it aborted.
+    fn ended_lost(&mut self, channel: ChannelId) {
+        let (name, token) = self.forget(channel);
+        self.notify(SentNotice {
+            token,
+            status: SentStatus::Aborted,
+            bytes: 0,
+            digest: None,
+            link_lost: true,
+        });
+        self.record(SentChannel {
+            name,
+            bytes: 0,
+            digest: String::new(),
+            status: SentStatus::Aborted,
+        });
+    }
+
+    /// The link went down: channels that ended sent within
+    /// [`RECENTLY_SENT`] may have left after it went (a look sees it up to
+    /// 100 ms late), so they are told lost too, and the report says so.
+    fn recall_recent(&mut self, now: diodon_proto::Timestamp) {
+        while let Some((at, token, name)) = self.recent_sent.pop_front() {
+            if now.saturating_duration_since(at) > RECENTLY_SENT {
+                continue;
+            }
+            tracing::warn!(name = %name, "{name} ended just before its link went down: told lost");
+            if let Some(w) = &self.link {
+                w.health.count_recalled();
+            }
+            if let Some(c) = self
+                .report
+                .iter_mut()
+                .rev()
+                .find(|c| c.name == name && c.status == SentStatus::Sent)
+            {
+                c.status = SentStatus::Aborted;
+                c.digest.clear();
+                c.bytes = 0;
+            }
+            self.notify(SentNotice {
+                token,
+                status: SentStatus::Aborted,
+                bytes: 0,
+                digest: None,
+                link_lost: true,
+            });
         }
     }
 

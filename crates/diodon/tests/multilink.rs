@@ -46,13 +46,17 @@ impl Bed {
         let id = std::process::id();
         let tx = Namespace::new(&format!("dml{id}-tx"));
         let rx = Namespace::new(&format!("dml{id}-rx"));
-        for (dev, net) in [("ml-a", "10.81.1"), ("ml-b", "10.81.2")] {
+        for (dev, n) in [("ml-a", 1), ("ml-b", 2)] {
             let peer = format!("{dev}-r");
+            let mac = |host: u8| format!("02:81:{n:02x}:00:00:{host:02x}");
+            let (tx_mac, rx_mac) = (mac(1), mac(2));
             diodon_testkit::run(&[
                 "ip",
                 "link",
                 "add",
                 dev,
+                "address",
+                &tx_mac,
                 "netns",
                 tx.name(),
                 "type",
@@ -60,13 +64,35 @@ impl Bed {
                 "peer",
                 "name",
                 &peer,
+                "address",
+                &rx_mac,
                 "netns",
                 rx.name(),
             ]);
-            for (ns, d, host) in [(&tx, dev, "1"), (&rx, peer.as_str(), "2")] {
-                let addr = format!("{net}.{host}/24");
+            // A one-way link answers no ARP: the neighbours are static, as on
+            // a real diode (a link that comes back then carries at once).
+            for (ns, d, host, far, far_mac) in [
+                (&tx, dev, 1, 2, &rx_mac),
+                (&rx, peer.as_str(), 2, 1, &tx_mac),
+            ] {
+                let addr = format!("10.81.{n}.{host}/24");
+                let far = format!("10.81.{n}.{far}");
                 diodon_testkit::run(&["ip", "-n", ns.name(), "addr", "add", &addr, "dev", d]);
                 diodon_testkit::run(&["ip", "-n", ns.name(), "link", "set", d, "up"]);
+                diodon_testkit::run(&[
+                    "ip",
+                    "-n",
+                    ns.name(),
+                    "neigh",
+                    "replace",
+                    &far,
+                    "lladdr",
+                    far_mac,
+                    "dev",
+                    d,
+                    "nud",
+                    "permanent",
+                ]);
             }
         }
         let dir = std::env::temp_dir().join(format!("diodon-multilink-{test}-{id}"));
@@ -181,6 +207,30 @@ fn finish_code(child: Child, what: &str) -> (Value, String, Option<i32>) {
     (serde_json::from_str(line).unwrap(), err, out.status.code())
 }
 
+/// Waits (up to 30 s) until `out` holds `n` delivered files: a receiver on
+/// a loaded machine may still be verifying the last one when the sender
+/// ends.
+fn settle(out: &Path, n: usize) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let have = delivered(out).len() + delivered_top(out);
+        if have >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Regular files directly in `out` (a sync's files land there).
+fn delivered_top(out: &Path) -> usize {
+    std::fs::read_dir(out).map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .count()
+    })
+}
+
 /// Stops the receivers (SIGINT, by PID) and returns their summaries.
 fn stop(receivers: Vec<Child>) -> Vec<Value> {
     for r in &receivers {
@@ -227,6 +277,7 @@ fn files_spread_over_two_links_into_one_folder() {
     let files = bed.files(40, 300_000);
     let rx = bed.receivers();
     let (sent, _) = finish(bed.sender("200mbit"), "sender");
+    settle(&bed.dir.join("out"), files.len());
     let got = stop(rx);
     let links = sent["links"].as_array().expect("a summary per link");
     assert_eq!(links.len(), 2, "{sent}");
@@ -279,6 +330,7 @@ fn a_link_that_goes_down_is_reported_and_the_rest_takes_the_other() {
     std::thread::sleep(Duration::from_secs(1));
     diodon_testkit::run(&["ip", "-n", bed.rx.name(), "link", "set", "ml-b-r", "up"]);
     let (sent, log, code) = finish_code(tx, "sender");
+    settle(&bed.dir.join("out"), files.len());
     let _ = stop(rx);
     let why = ["interface ml-b has no carrier"];
     let said = log
@@ -323,7 +375,17 @@ fn a_link_that_goes_down_is_reported_and_the_rest_takes_the_other() {
     assert_eq!(num(&sent, "channels_failed"), 0, "{sent}");
     assert_eq!(num(&sent, "channels_sent"), 100, "{sent}");
     assert_eq!(code, Some(0), "every file went out: the sender succeeds");
-    assert_eq!(delivered(&bed.dir.join("out")), files);
+    let got = delivered(&bed.dir.join("out"));
+    let wrong: Vec<&String> = files
+        .iter()
+        .filter(|(name, body)| got.get(*name) != Some(body))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        wrong.is_empty() && got.len() == files.len(),
+        "missing or different: {wrong:?}; {} delivered",
+        got.len()
+    );
 }
 
 #[test]
@@ -365,6 +427,7 @@ fn a_sync_spreads_its_files_over_two_links() {
     );
     let (summary, _) = finish(sync, "sync");
     std::thread::sleep(Duration::from_millis(500));
+    settle(&bed.dir.join("out"), files.len());
     let got = stop(rx);
     let links = summary["send"]["links"]
         .as_array()
