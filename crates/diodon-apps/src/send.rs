@@ -1105,7 +1105,7 @@ impl Core {
                 | SenderEvent::ChannelAborted { channel }
                     if self.lost_to_link.remove(&channel) =>
                 {
-                    self.ended_lost(channel);
+                    self.ended_aborted(channel, true);
                 }
                 SenderEvent::ChannelSent {
                     channel,
@@ -1139,36 +1139,22 @@ impl Core {
                         status: SentStatus::Sent,
                     });
                 }
-                SenderEvent::ChannelAborted { channel } => {
-                    let (name, token) = self.forget(channel);
-                    self.notify(SentNotice {
-                        token,
-                        status: SentStatus::Aborted,
-                        bytes: 0,
-                        digest: None,
-                        link_lost: false,
-                    });
-                    self.record(SentChannel {
-                        name,
-                        bytes: 0,
-                        digest: String::new(),
-                        status: SentStatus::Aborted,
-                    });
-                }
+                SenderEvent::ChannelAborted { channel } => self.ended_aborted(channel, false),
             }
         }
     }
 
-    /// A channel the link lost ended: its source is told so (another link
-    /// may carry it), the report lists it aborted.
-    fn ended_lost(&mut self, channel: ChannelId) {
+    /// A channel ended aborted (`link_lost`: its link went down, so its
+    /// source may send it over another): the source is told, the report
+    /// lists it.
+    fn ended_aborted(&mut self, channel: ChannelId, link_lost: bool) {
         let (name, token) = self.forget(channel);
         self.notify(SentNotice {
             token,
             status: SentStatus::Aborted,
             bytes: 0,
             digest: None,
-            link_lost: true,
+            link_lost,
         });
         self.record(SentChannel {
             name,
