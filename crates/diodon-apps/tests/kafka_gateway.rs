@@ -46,28 +46,19 @@ const PORT: u16 = 47_611;
 
 #[test]
 fn a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart() {
-    if !require_kafka("a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart") {
-        return;
-    }
-    let ns = Namespace::new(&format!("dk-gw-{}", std::process::id()));
-    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let bootstrap = broker.bootstrap().to_string();
-    in_namespace(&ns, move || run(&bootstrap), "broker", || broker.log_tail());
+    with_one_broker(
+        "a_topic_crosses_the_pipelines_once_per_record_and_resumes_after_a_restart",
+        "dk-gw",
+        run,
+    );
 }
 
 #[test]
 fn a_transactional_topic_crosses_in_two_passes_without_a_false_gap() {
-    if !require_kafka("a_transactional_topic_crosses_in_two_passes_without_a_false_gap") {
-        return;
-    }
-    let ns = Namespace::new(&format!("dk-txn-{}", std::process::id()));
-    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let bootstrap = broker.bootstrap().to_string();
-    in_namespace(
-        &ns,
-        move || run_transactional(&bootstrap),
-        "broker",
-        || broker.log_tail(),
+    with_one_broker(
+        "a_transactional_topic_crosses_in_two_passes_without_a_false_gap",
+        "dk-txn",
+        run_transactional,
     );
 }
 
@@ -147,17 +138,10 @@ fn run_near_restart(
 
 #[test]
 fn two_senders_in_one_group_split_the_partitions_over_two_links() {
-    if !require_kafka("two_senders_in_one_group_split_the_partitions_over_two_links") {
-        return;
-    }
-    let ns = Namespace::new(&format!("dk-two-{}", std::process::id()));
-    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let bootstrap = broker.bootstrap().to_string();
-    in_namespace(
-        &ns,
-        move || run_two_links(&bootstrap),
-        "broker",
-        || broker.log_tail(),
+    with_one_broker(
+        "two_senders_in_one_group_split_the_partitions_over_two_links",
+        "dk-two",
+        run_two_links,
     );
 }
 
@@ -250,17 +234,10 @@ fn run_two_links(bootstrap: &str) -> Result<(), String> {
 
 #[test]
 fn one_sender_spreads_the_partitions_over_two_links() {
-    if !require_kafka("one_sender_spreads_the_partitions_over_two_links") {
-        return;
-    }
-    let ns = Namespace::new(&format!("dk-ml-{}", std::process::id()));
-    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
-    let bootstrap = broker.bootstrap().to_string();
-    in_namespace(
-        &ns,
-        move || run_one_sender_two_links(&bootstrap),
-        "broker",
-        || broker.log_tail(),
+    with_one_broker(
+        "one_sender_spreads_the_partitions_over_two_links",
+        "dk-ml",
+        run_one_sender_two_links,
     );
 }
 
@@ -747,6 +724,20 @@ fn read_records(
 enum Broker {
     Near,
     Far,
+}
+
+/// A namespace (`prefix`-PID) with one broker (`127.0.0.1:9092`), both
+/// sides' topics on it; `run(bootstrap)` runs inside it, and a failure
+/// shows the broker's log tail. Skips (or fails under `CI=true`) without
+/// Kafka.
+fn with_one_broker(test: &str, prefix: &str, run: fn(&str) -> Result<(), String>) {
+    if !require_kafka(test) {
+        return;
+    }
+    let ns = Namespace::new(&format!("{prefix}-{}", std::process::id()));
+    let broker = KafkaBroker::start(&ns, "127.0.0.1:9092".parse().expect("address"));
+    let bootstrap = broker.bootstrap().to_string();
+    in_namespace(&ns, move || run(&bootstrap), "broker", || broker.log_tail());
 }
 
 /// A namespace with a near broker (`127.0.0.1:9092`) and a far one
