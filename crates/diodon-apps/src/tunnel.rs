@@ -863,16 +863,16 @@ mod tests {
 
     #[test]
     fn the_shaper_runs_below_the_links_payload_rate_and_its_burst_fits_the_ring() {
-        let config = SenderConfig::default(); // 256 + 26
+        let config = SenderConfig::default(); // 224 + 23
         let rate = Rate::bits_per_sec(100_000_000);
         let s = shaper_for(rate, &config, 25, 1500).expect("a paced link");
-        assert_eq!(s.rate_bytes_per_sec, 12_500_000 * 256 / 282 * 90 / 100);
+        assert_eq!(s.rate_bytes_per_sec, 12_500_000 * 224 / 247 * 90 / 100);
         assert!(
             s.rate_bytes_per_sec * 8 < 90_000_000,
             "below the link, repair and headers"
         );
         assert_eq!(s.burst_bytes, 12 * 1500, "half a ring of 25");
-        assert_eq!(s.limit_bytes, 1_021_276, "100 ms at its rate");
+        assert_eq!(s.limit_bytes, 1_020_242, "100 ms at its rate");
         // A ring of one still lets one packet through; a huge ring 64 KiB.
         assert_eq!(
             shaper_for(rate, &config, 1, 1500).map(|s| s.burst_bytes),

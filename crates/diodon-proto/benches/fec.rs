@@ -60,38 +60,50 @@ fn bench(c: &mut Criterion) {
 }
 
 fn default_block(c: &mut Criterion) {
-    let (k, m, shard) = (256usize, 26usize, 1418usize);
-    let data: Vec<u8> = (0..k * shard).map(|i| (i * 13 + i / 241) as u8).collect();
-    let mut rs = ReedSolomon::new();
-    let mut parity = vec![0u8; m * shard];
-    rs.encode(k, m, shard, &data, &mut parity).expect("encode");
-    let mut present = vec![true; k];
-    for lost in [17, 101, 230] {
-        present[lost] = false;
-    }
-    let repair_shards: Vec<(usize, &[u8])> = parity
-        .chunks(shard)
-        .enumerate()
-        .filter(|(i, _)| *i != 5)
-        .collect();
-    let mut damaged = data.clone();
+    // The decoder works on next_pow2(next_pow2(m) + k) shards: 512 for
+    // 256 + 26 (288 of them used), 256 for 224 + 23, 512 for 448 + 45.
+    let shard = 1418usize;
     let mut group = c.benchmark_group("fec/default-block");
-    group.throughput(Throughput::Bytes((k * shard) as u64));
     group.sample_size(30);
-    group.bench_function("decode 3 of 256 lost", |b| {
-        b.iter(|| {
-            rs.decode(
-                k,
-                m,
-                shard,
-                black_box(&mut damaged),
-                &present,
-                &repair_shards,
-            )
-            .expect("decode");
+    for (k, m) in [(256usize, 26usize), (224, 23), (448, 45), (192, 20)] {
+        let data: Vec<u8> = (0..k * shard).map(|i| (i * 13 + i / 241) as u8).collect();
+        let mut rs = ReedSolomon::new();
+        let mut parity = vec![0u8; m * shard];
+        rs.encode(k, m, shard, &data, &mut parity).expect("encode");
+        // About 1 % loss: 3 source symbols and 1 repair symbol (k = 256).
+        let lost = (k * 3).div_ceil(256);
+        let mut present = vec![true; k];
+        for i in 0..lost {
+            present[17 + i * (k / lost - 1)] = false;
+        }
+        let repair_shards: Vec<(usize, &[u8])> = parity
+            .chunks(shard)
+            .enumerate()
+            .filter(|(i, _)| *i != 5)
+            .collect();
+        let mut damaged = data.clone();
+        group.throughput(Throughput::Bytes((k * shard) as u64));
+        group.bench_function(format!("decode {k}+{m}, {lost} lost"), |b| {
+            b.iter(|| {
+                rs.decode(
+                    k,
+                    m,
+                    shard,
+                    black_box(&mut damaged),
+                    &present,
+                    &repair_shards,
+                )
+                .expect("decode");
+            });
         });
-    });
-    assert!(damaged == data);
+        assert!(damaged == data);
+        group.bench_function(format!("encode {k}+{m}"), |b| {
+            b.iter(|| {
+                rs.encode(k, m, shard, black_box(&data), &mut parity)
+                    .expect("encode");
+            });
+        });
+    }
     group.finish();
 }
 

@@ -37,7 +37,7 @@ fn main() {
     }
     println!();
     for loss in [0.001, 0.01, 0.05] {
-        let c = choose_repair(LossModel { loss, burst: 64 }, symbol, 256, depth);
+        let c = choose_repair(LossModel { loss, burst: 64 }, symbol, None, depth);
         println!("--expected-loss {}: {c:?}", loss * 100.0);
     }
     let c = SenderConfig::default();

@@ -44,10 +44,12 @@ use thiserror::Error;
 pub struct SenderConfig {
     /// Shard length of full blocks (fixes the datagram size).
     pub symbol_size: SymbolSize,
-    /// Source symbols per full block (k). Default 256: with 10 % repair
-    /// and 4-deep interleaving a 1 GB file fails less than once in 10⁶ at
-    /// 1 % random loss, and any burst of 64 datagrams is repaired
-    /// (PROTOCOL.md, "Block sizes and repair"; [`crate::fec_plan`]).
+    /// Source symbols per full block (k). Default 224, the
+    /// [`crate::fec_plan::default_block`] of 10 % repair (23 repair
+    /// symbols; the decoder's transforms have no padding): with 4-deep
+    /// interleaving a 1 GB file fails less than once in 10⁶ at 1 % random
+    /// loss, and any burst of 64 datagrams is repaired (PROTOCOL.md,
+    /// "Block sizes and repair").
     pub block_symbols: u16,
     /// Repair symbols per source symbol of a full block.
     pub repair: RepairRatio,
@@ -96,7 +98,7 @@ impl Default for SenderConfig {
     fn default() -> Self {
         SenderConfig {
             symbol_size: SymbolSize::new(1418).expect("valid constant"),
-            block_symbols: 256,
+            block_symbols: 224,
             repair: RepairRatio::percent(10).expect("valid constant"),
             design_loss_ppm: 10_000,
             interleave_depth: 4,

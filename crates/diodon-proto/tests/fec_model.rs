@@ -64,17 +64,22 @@ fn block_losses_match_the_binomial_model() {
 #[test]
 fn short_blocks_get_the_repair_the_model_asks_for() {
     let c = SenderConfig::default();
-    assert_eq!(c.block_symbols, 256);
-    assert_eq!(c.short_block_repair(256), 26, "a full block: 10 %");
+    assert_eq!(c.block_symbols, 224);
+    assert_eq!(
+        u32::from(c.block_symbols),
+        fec_plan::default_block(c.repair.get()),
+        "the default block is the one the decoder works on without padding"
+    );
+    assert_eq!(c.short_block_repair(224), 23, "a full block: 10 %");
     assert_eq!(c.short_block_repair(1000), 100, "a longer one: its share");
     let one = c.short_block_repair(1);
     let eight = c.short_block_repair(8);
     assert!((4..=6).contains(&one), "{one}");
-    assert!(eight >= one && eight < 26, "{eight}");
+    assert!(eight >= one && eight < 23, "{eight}");
     // Below the per-block target at the design loss (1 %), and one symbol
     // fewer would not be.
     let p = 0.01;
-    let bar = fec_plan::per_block_target(c.symbol_size.get(), 256);
+    let bar = fec_plan::per_block_target(c.symbol_size.get(), 224);
     assert!(block_failure(8, u32::from(eight), p) <= bar);
     assert!(block_failure(8, u32::from(eight) - 1, p) > bar);
     let no_loss = SenderConfig {
@@ -96,7 +101,7 @@ fn short_blocks_get_the_repair_the_model_asks_for() {
     };
     assert_eq!(
         hopeless.short_block_repair(8),
-        26,
+        23,
         "at most a full block's repair"
     );
 }

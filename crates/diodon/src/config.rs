@@ -13,7 +13,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::held::HeldLimits;
 use diodon_apps::key_file::{read_keys, KeyReload};
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
-use diodon_proto::fec_plan::{choose_repair, file_failure, LossModel, TARGET_FILE_BYTES};
+use diodon_proto::fec_plan::{
+    choose_repair, default_block, file_failure, LossModel, TARGET_FILE_BYTES,
+};
 use diodon_proto::{Integrity, IpVersion, KeyRing, Rate, RepairRatio, SenderConfig, SymbolSize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,7 +36,8 @@ pub struct Link {
     pub repair_given: bool,
     /// `--expected-loss` as a probability.
     pub expected_loss: Option<f64>,
-    pub block: u16,
+    /// `--block`; `None`: [`Link::block_for`] the repair ratio.
+    pub block: Option<u16>,
     pub interleave: u8,
     /// Whether `interleave` was given (the tunnel's default differs).
     pub interleave_given: bool,
@@ -81,10 +84,7 @@ impl Link {
             repair,
             repair_given,
             expected_loss,
-            block: a
-                .block
-                .or(f.block)
-                .unwrap_or(SenderConfig::default().block_symbols),
+            block: a.block.or(f.block),
             interleave: a.interleave.or(f.interleave).unwrap_or(4),
             interleave_given: a.interleave.or(f.interleave).is_some(),
             integrity,
@@ -97,6 +97,14 @@ impl Link {
         })
     }
 
+    /// Source symbols per full block: `--block`, or the default for
+    /// `repair` (`fec_plan::default_block`: the decoder works without
+    /// padding).
+    pub fn block_for(&self, repair: RepairRatio) -> u16 {
+        self.block
+            .unwrap_or_else(|| u16::try_from(default_block(repair.get())).unwrap_or(u16::MAX))
+    }
+
     /// The repair ratio and the loss short blocks are designed for (parts
     /// per million), for datagrams of `symbol`: `--repair`, or the least
     /// ratio `--expected-loss` needs; with a sentence saying what
@@ -107,11 +115,12 @@ impl Link {
         };
         let ppm = (loss * 1e6).round() as u32;
         let model = LossModel { loss, burst: 64 };
-        let (k, depth) = (u32::from(self.block), usize::from(self.interleave));
-        let choice = choose_repair(model, symbol.get(), k, depth);
+        let depth = usize::from(self.interleave);
+        let choice = choose_repair(model, symbol.get(), self.block.map(u32::from), depth);
+        let k = u32::from(self.block_for(self.repair));
         let pct = loss * 100.0;
         if self.repair_given {
-            let m = u32::from(self.repair.repair_for(self.block));
+            let m = u32::from(self.repair.repair_for(self.block_for(self.repair)));
             let fail = file_failure(TARGET_FILE_BYTES, symbol.get(), k, m, loss);
             let note = match choice {
                 Some(c) if c.percent > self.repair.get() => Some(format!(
@@ -125,12 +134,15 @@ impl Link {
         }
         let c = choice.ok_or_else(|| {
             anyhow::anyhow!(
-                "no repair up to 100 % keeps a 1 GB file safe at {pct} % loss with {k}-symbol blocks"
+                "no repair up to 100 % keeps a 1 GB file safe at {pct} % loss with {}",
+                self.block.map_or("the default blocks".into(), |b| format!(
+                    "{b}-symbol blocks"
+                ))
             )
         })?;
         let note = format!(
-            "expected loss {pct} %: repair {} % ({} symbols per {k}-symbol block); a 1 GB file fails with probability {:.1e}, any burst of 64 datagrams is repaired",
-            c.percent, c.repair_symbols, c.file_failure
+            "expected loss {pct} %: repair {} % ({} symbols per {}-symbol block); a 1 GB file fails with probability {:.1e}, any burst of 64 datagrams is repaired",
+            c.percent, c.repair_symbols, c.block, c.file_failure
         );
         Ok((RepairRatio::percent(c.percent)?, ppm, Some(note)))
     }

@@ -189,7 +189,7 @@ pub fn sender_config(link: &Link, to: SocketAddr) -> Result<SenderConfig, Fatal>
     }
     Ok(SenderConfig {
         symbol_size,
-        block_symbols: link.block,
+        block_symbols: link.block_for(repair),
         repair,
         design_loss_ppm,
         interleave_depth: link.interleave,

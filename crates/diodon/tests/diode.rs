@@ -299,9 +299,9 @@ fn lossy_link_file_is_identical_and_repaired() {
 fn bursts_of_64_lost_datagrams_at_1_percent_are_repaired_and_the_file_is_identical() {
     // A receive-ring overflow or a lost GSO super-packet takes out tens of
     // consecutive datagrams: here 1 % of the link, lost 64 at a time. The
-    // defaults (256 + 26 symbols, 4 blocks interleaved) spread a burst of
-    // 64 over four blocks, 16 each, under their 26 repair symbols
-    // (PROTOCOL.md § 8: any isolated burst up to 104 is repaired).
+    // defaults (224 + 23 symbols, 4 blocks interleaved) spread a burst of
+    // 64 over four blocks, 16 each, under their 23 repair symbols
+    // (PROTOCOL.md § 8: any isolated burst up to 92 is repaired).
     let Some(tb) = Testbed::up(&["--loss", "1", "--loss-burst", "64"]) else {
         return;
     };

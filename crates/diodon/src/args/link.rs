@@ -27,7 +27,8 @@ pub struct LinkArgs {
     /// says what it chose. Default: designed for 1 %, repair 10.
     #[arg(long, value_name = "PERCENT")]
     pub expected_loss: Option<f64>,
-    /// Source symbols per FEC block. Default 256.
+    /// Source symbols per FEC block. Default: the largest up to 256 the
+    /// decoder handles without padding for the repair ratio (224 at 10 %).
     #[arg(long)]
     pub block: Option<u16>,
     /// Blocks whose symbols are interleaved. Default 4.
