@@ -3,9 +3,13 @@
 //! the driver sleeps until [`Pacer::next_send_time`].
 //!
 //! Tokens are bytes on the wire (UDP payload plus the IP/UDP header overhead
-//! the caller adds), refilled at `rate / 8` bytes per second, capped at
-//! `burst` bytes so an idle period never turns into a line-rate spike larger
-//! than one batch.
+//! the caller adds), refilled at `rate / 8` bytes per second. The bucket
+//! has two sizes. While the sender is *idle* (nothing to send) it holds at
+//! most `burst` bytes (one batch), so an idle period never turns into a
+//! line-rate spike larger than that. While the sender is *backlogged*
+//! (datagrams wait for tokens) it holds up to `slack` bytes: a driver that
+//! wakes late, or a core thread that waited for a CPU, sends what came in
+//! meanwhile at once, and the rate over any second stays the configured one.
 
 use crate::types::Rate;
 use diodon_sansio::Timestamp;
@@ -16,6 +20,8 @@ use std::time::Duration;
 pub struct Pacer {
     rate: Rate,
     burst: u64,
+    slack: u64,
+    backlogged: bool,
     /// Tokens in nano-bytes (bytes × 1e9) for exact integer arithmetic.
     tokens_nb: u128,
     last: Timestamp,
@@ -24,14 +30,25 @@ pub struct Pacer {
 const NANO: u128 = 1_000_000_000;
 
 impl Pacer {
-    /// A bucket for `rate` holding at most `burst` bytes, full at `now`.
-    pub fn new(rate: Rate, burst: u64, now: Timestamp) -> Self {
+    /// A bucket for `rate` holding at most `burst` bytes while idle and
+    /// `slack` (at least `burst`) while backlogged; idle and full at `now`.
+    pub fn new(rate: Rate, burst: u64, slack: u64, now: Timestamp) -> Self {
         Pacer {
             rate,
             burst,
+            slack: slack.max(burst),
+            backlogged: false,
             tokens_nb: u128::from(burst) * NANO,
             last: now,
         }
+    }
+
+    /// Tells the bucket whether datagrams wait for tokens (`true`) or
+    /// nothing is left to send (`false`), from `now` on; what came in
+    /// before `now` is counted with the state it came in under.
+    pub fn set_backlogged(&mut self, now: Timestamp, backlogged: bool) {
+        self.refill(now);
+        self.backlogged = backlogged;
     }
 
     /// The configured rate.
@@ -46,7 +63,12 @@ impl Pacer {
         let elapsed_ns = u128::from(now.as_nanos() - self.last.as_nanos());
         // bytes/s = bps / 8; nano-bytes gained = elapsed_ns × bps / 8.
         let gained = elapsed_ns * u128::from(self.rate.bps()) / 8;
-        self.tokens_nb = (self.tokens_nb + gained).min(u128::from(self.burst) * NANO);
+        let cap = if self.backlogged {
+            self.slack
+        } else {
+            self.burst
+        };
+        self.tokens_nb = (self.tokens_nb + gained).min(u128::from(cap) * NANO);
         self.last = now;
     }
 
@@ -87,7 +109,12 @@ mod tests {
     #[test]
     fn rate_is_exact_over_a_second() {
         // 1 Gbit/s, 1500-byte datagrams: 83 333 datagrams per second.
-        let mut p = Pacer::new(Rate::bits_per_sec(1_000_000_000), 1500, Timestamp::ZERO);
+        let mut p = Pacer::new(
+            Rate::bits_per_sec(1_000_000_000),
+            1500,
+            1500,
+            Timestamp::ZERO,
+        );
         let mut now = Timestamp::ZERO;
         let mut sent = 0u64;
         while now < Timestamp::from_millis(1000) {
@@ -107,7 +134,7 @@ mod tests {
 
     #[test]
     fn burst_caps_idle_credit() {
-        let mut p = Pacer::new(Rate::bits_per_sec(8_000), 3000, Timestamp::ZERO);
+        let mut p = Pacer::new(Rate::bits_per_sec(8_000), 3000, 3000, Timestamp::ZERO);
         p.consume(Timestamp::ZERO, 3000);
         // After an hour idle, only `burst` bytes are available.
         let later = Timestamp::from_millis(3_600_000);
@@ -123,8 +150,30 @@ mod tests {
     }
 
     #[test]
+    fn only_a_backlog_keeps_more_than_the_idle_burst() {
+        // 8 kbit/s: 1000 bytes per second. Idle cap 100, backlogged cap 400.
+        let mut p = Pacer::new(Rate::bits_per_sec(8_000), 100, 400, Timestamp::ZERO);
+        p.consume(Timestamp::ZERO, 100);
+        // Idle for a second: only the idle burst is kept.
+        let t1 = Timestamp::from_millis(1000);
+        assert!(p.can_send(t1, 100) && !p.can_send(t1, 101));
+        p.consume(t1, 100);
+        // Backlogged, and the driver wakes 300 ms late: all of it is kept.
+        p.set_backlogged(t1, true);
+        let t2 = Timestamp::from_millis(1300);
+        assert!(p.can_send(t2, 300) && !p.can_send(t2, 301));
+        // A second late: capped at the slack.
+        let t3 = Timestamp::from_millis(2300);
+        assert!(p.can_send(t3, 400) && !p.can_send(t3, 401));
+        // Idle again: what came in while backlogged stays, nothing more.
+        p.set_backlogged(t3, false);
+        let t4 = Timestamp::from_millis(5000);
+        assert!(p.can_send(t4, 100) && !p.can_send(t4, 101));
+    }
+
+    #[test]
     fn unlimited_never_waits() {
-        let mut p = Pacer::new(Rate::UNLIMITED, 0, Timestamp::ZERO);
+        let mut p = Pacer::new(Rate::UNLIMITED, 0, 0, Timestamp::ZERO);
         assert!(p.can_send(Timestamp::ZERO, 65_000));
         assert_eq!(p.next_send_time(Timestamp::ZERO, 65_000), Timestamp::ZERO);
     }
