@@ -193,6 +193,17 @@ impl ErasureCode for ReedSolomon {
 mod tests {
     use super::*;
 
+    /// Seeded numbers below `n` (xorshift): loss patterns that repeat.
+    pub(super) fn below(seed: u64) -> impl FnMut(usize) -> usize {
+        let mut state = seed;
+        move |n| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        }
+    }
+
     fn block(k: usize, len: usize) -> Vec<u8> {
         (0..k * len).map(|i| (i * 31 % 251) as u8).collect()
     }
@@ -223,13 +234,7 @@ mod tests {
         // High rate (the direct locator, and the transforms past its
         // budget) and low rate (short blocks with more repair than data,
         // always the transforms), losses of source and repair mixed.
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = below(0x2545_f491_4f6c_dd1d);
         let len = 64;
         for (k, m) in [
             (256, 26),

@@ -143,13 +143,7 @@ mod tests {
     fn locator_matches_the_transform() {
         // A 256 + 26 block (chunk 32, positions 0..288): repair 26..32 are
         // padding and always erased; then the lost ones of a few patterns.
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut next = crate::fec::tests::below(0x9e37_79b9_7f4a_7c15);
         for (truncated, padding, losses) in [
             (288, 26..32, 0),
             (288, 26..32, 3),
