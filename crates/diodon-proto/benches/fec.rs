@@ -4,7 +4,9 @@
 //! `fec/default-block` is the decode a receiver does at 1 % loss with the
 //! default block (256 + 26 symbols of 1418 B): 3 source symbols and 1
 //! repair symbol lost, so the cost per block (locating the erasures), not
-//! the cost per byte, is what differs between decoders.
+//! the cost per byte, is what differs between decoders. `fec/losses` is
+//! the decode of a default block by the number of source symbols lost: the
+//! direct sum up to its limit (`fec::direct`), the transforms past it.
 #![allow(missing_docs)]
 
 use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
@@ -117,5 +119,37 @@ fn default_block(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, default_block);
+fn losses(c: &mut Criterion) {
+    let shard = 1452usize;
+    let mut group = c.benchmark_group("fec/losses");
+    group.sample_size(20);
+    for (k, m) in [(224usize, 23usize), (448, 45)] {
+        let data: Vec<u8> = (0..k * shard).map(|i| (i * 11 + i / 239) as u8).collect();
+        let mut rs = ReedSolomon::new();
+        let mut parity = vec![0u8; m * shard];
+        rs.encode(k, m, shard, &data, &mut parity).expect("encode");
+        let repair_shards: Vec<(usize, &[u8])> = parity.chunks(shard).enumerate().collect();
+        group.throughput(Throughput::Bytes((k * shard) as u64));
+        for lost in [1usize, 2, 4, 6, 8, 12, 16] {
+            let present: Vec<bool> = (0..k)
+                .map(|i| i % (k / lost) != 7 || i / (k / lost) >= lost)
+                .collect();
+            let mut damaged = data.clone();
+            group.bench_function(format!("decode {k}+{m}, {lost} lost"), |b| {
+                decode_loop(
+                    b,
+                    &mut rs,
+                    (k, m, shard),
+                    &mut damaged,
+                    &present,
+                    &repair_shards,
+                );
+            });
+            assert!(damaged == data);
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, default_block, losses);
 criterion_main!(benches);

@@ -14,7 +14,10 @@
 //! the library's engine with the erasure locator computed at a cost that
 //! follows the erasures instead of the field's size.
 
+mod direct;
 mod locator;
+
+use direct::DirectSolver;
 
 use locator::ErasureLocator;
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
@@ -78,6 +81,7 @@ pub trait ErasureCode {
 pub struct ReedSolomon {
     encoder: Option<reed_solomon_simd::ReedSolomonEncoder>,
     decoder: Option<DefaultRateDecoder<ErasureLocator>>,
+    direct: Option<DirectSolver>,
 }
 
 impl std::fmt::Debug for ReedSolomon {
@@ -100,6 +104,26 @@ impl ReedSolomon {
 
 fn internal(e: reed_solomon_simd::Error) -> FecError {
     FecError::Internal(e.to_string())
+}
+
+/// Refuses what the library's decoder would refuse: a repair index past
+/// `m`, one given twice, a shard of another length.
+fn check_repair(m: usize, shard_len: usize, repair: &[(usize, &[u8])]) -> Result<(), FecError> {
+    let mut seen = vec![false; m];
+    for &(index, shard) in repair {
+        if index >= m || std::mem::replace(&mut seen[index], true) {
+            return Err(FecError::Internal(format!(
+                "repair symbol {index} is out of range or given twice (m = {m})"
+            )));
+        }
+        if shard.len() != shard_len {
+            return Err(FecError::Internal(format!(
+                "repair symbol {index} has {} bytes, the block's symbols {shard_len}",
+                shard.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl ErasureCode for ReedSolomon {
@@ -160,6 +184,16 @@ impl ErasureCode for ReedSolomon {
         }
         if !Self::supports(k, m) || m == 0 {
             return Err(FecError::Unsupported { k, m, shard_len });
+        }
+        check_repair(m, shard_len, repair)?;
+        if DirectSolver::cheaper(k, m, k - have, have + repair.len()) {
+            self.direct.get_or_insert_with(DirectSolver::new).restore(
+                (k, m, shard_len),
+                data,
+                present,
+                repair,
+            );
+            return Ok(());
         }
         let decoder = match &mut self.decoder {
             Some(d) => {
@@ -279,6 +313,23 @@ mod tests {
         let repair = vec![0u8; len];
         let err = ReedSolomon::new().decode(k, m, len, &mut data, &present, &[(0, &repair)]);
         assert_eq!(err, Err(FecError::NotEnough { have: 3, need: 4 }));
+    }
+
+    #[test]
+    fn a_forged_repair_list_is_an_error_not_a_panic() {
+        let (k, m, len) = (4, 2, 32);
+        let mut data = block(k, len);
+        let present = [false, true, true, true];
+        let shard = vec![0u8; len];
+        let short = vec![0u8; len - 2];
+        for repair in [
+            vec![(2, &shard[..])],
+            vec![(1, &shard[..]), (1, &shard[..])],
+            vec![(0, &short[..])],
+        ] {
+            let err = ReedSolomon::new().decode(k, m, len, &mut data, &present, &repair);
+            assert!(matches!(err, Err(FecError::Internal(_))), "{err:?}");
+        }
     }
 
     #[test]
