@@ -10,6 +10,9 @@
 //! (datagrams wait for tokens) it holds up to `slack` bytes: a driver that
 //! wakes late, or a core thread that waited for a CPU, sends what came in
 //! meanwhile at once, and the rate over any second stays the configured one.
+//! What a late wake-up costs beyond that is counted: tokens that overflow
+//! the backlogged bucket are rate the link could have carried and did not
+//! ([`Pacer::credit_lost_bytes`]).
 
 use crate::types::Rate;
 use diodon_sansio::Timestamp;
@@ -24,6 +27,8 @@ pub struct Pacer {
     backlogged: bool,
     /// Tokens in nano-bytes (bytes × 1e9) for exact integer arithmetic.
     tokens_nb: u128,
+    /// Tokens that overflowed the bucket while backlogged, in nano-bytes.
+    lost_nb: u128,
     last: Timestamp,
 }
 
@@ -39,6 +44,7 @@ impl Pacer {
             slack: slack.max(burst),
             backlogged: false,
             tokens_nb: u128::from(burst) * NANO,
+            lost_nb: 0,
             last: now,
         }
     }
@@ -68,8 +74,21 @@ impl Pacer {
         } else {
             self.burst
         };
-        self.tokens_nb = (self.tokens_nb + gained).min(u128::from(cap) * NANO);
+        let filled = self.tokens_nb + gained;
+        let cap_nb = u128::from(cap) * NANO;
+        if filled > cap_nb && self.backlogged {
+            self.lost_nb += filled - cap_nb;
+        }
+        self.tokens_nb = filled.min(cap_nb);
         self.last = now;
+    }
+
+    /// Bytes of rate lost since the start: tokens that came in while
+    /// datagrams waited and overflowed the backlogged bucket, because the
+    /// sender came back later than the bucket covers. Credit an idle
+    /// sender does not use is not counted: nothing was waiting for it.
+    pub fn credit_lost_bytes(&self) -> u64 {
+        u64::try_from(self.lost_nb / NANO).unwrap_or(u64::MAX)
     }
 
     /// Whether `bytes` may be sent at `now`.
@@ -169,6 +188,10 @@ mod tests {
         p.set_backlogged(t3, false);
         let t4 = Timestamp::from_millis(5000);
         assert!(p.can_send(t4, 100) && !p.can_send(t4, 101));
+        // Only the backlogged second past the slack was lost: 1000 bytes
+        // came in from t2 to t3 onto 300 kept, 400 fit (the idle hours
+        // before t1 and after t3 were not waited for).
+        assert_eq!(p.credit_lost_bytes(), 900);
     }
 
     #[test]

@@ -312,6 +312,7 @@ diodon_counters::counters! {
         channels_aborted: counter Count "channels_aborted" "Channels aborted.",
         backpressure_events: counter Count "backpressure_events" "Times write accepted fewer bytes than offered (the core's buffer pushed back).",
         padding_bytes: counter Bytes "padding" "Zero bytes that ended blocks of aligned record channels (a record never crosses a block).",
+        pacer_credit_lost_bytes: counter Bytes "pacer_credit_lost" "Rate the pacer could not use: bytes of credit that overflowed its backlogged bucket (PACING_SLACK) because the core came back late while datagrams waited.",
     }
 }
 
@@ -1131,6 +1132,7 @@ impl Sender {
                 break;
             }
         }
+        self.stats.pacer_credit_lost_bytes = self.pacer.credit_lost_bytes();
         if count == 0 {
             return None;
         }

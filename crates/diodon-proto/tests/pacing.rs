@@ -15,6 +15,12 @@ use std::time::Duration;
 /// the second after a 100 ms start, when every wake-up comes `late(i)` after
 /// the batch is due.
 fn paced_rate(rate_bps: u64, late: impl Fn(u64) -> Duration) -> f64 {
+    paced(rate_bps, late).0
+}
+
+/// [`paced_rate`], and the bits of rate the sender counted as lost
+/// (`pacer_credit_lost_bytes`) over the same second.
+fn paced(rate_bps: u64, late: impl Fn(u64) -> Duration) -> (f64, f64) {
     let config = SenderConfig {
         rate: Rate::bits_per_sec(rate_bps),
         ..SenderConfig::default()
@@ -31,7 +37,11 @@ fn paced_rate(rate_bps: u64, late: impl Fn(u64) -> Duration) -> f64 {
     let mut now = Timestamp::ZERO;
     let mut bits = 0u64;
     let mut wake = 0u64;
+    let mut lost_at_start = None;
     while now < end {
+        if now >= start && lost_at_start.is_none() {
+            lost_at_start = Some(s.stats().pacer_credit_lost_bytes);
+        }
         while s.writable() >= chunk.len() {
             s.write(now, ch, &chunk).unwrap();
         }
@@ -46,7 +56,8 @@ fn paced_rate(rate_bps: u64, late: impl Fn(u64) -> Duration) -> f64 {
         now = due.max(now) + batch_gap + late(wake);
         wake += 1;
     }
-    bits as f64
+    let lost = s.stats().pacer_credit_lost_bytes - lost_at_start.unwrap();
+    (bits as f64, (lost * 8) as f64)
 }
 
 #[test]
@@ -77,4 +88,31 @@ fn the_rate_holds_when_the_driver_wakes_late() {
             );
         }
     }
+}
+
+#[test]
+fn what_a_later_wake_up_loses_is_counted() {
+    let rate = 600_000_000u64;
+    let (on_time, lost_on_time) = paced(rate, |_| Duration::ZERO);
+    assert!(on_time >= rate as f64 * 0.99, "{on_time:.0} bit/s");
+    assert!(lost_on_time == 0.0, "nothing lost on time: {lost_on_time}");
+    // Every fifth wake-up 10 ms late: 6 ms past the slack each time.
+    let (got, lost) = paced(rate, |i| {
+        if i % 5 == 0 {
+            Duration::from_millis(10)
+        } else {
+            Duration::ZERO
+        }
+    });
+    assert!(
+        got < rate as f64 * 0.9,
+        "the late wake-ups cost rate: {got:.0}"
+    );
+    // What was sent and what the counter says was lost make the rate.
+    let accounted = (got + lost - rate as f64).abs() / rate as f64;
+    assert!(
+        accounted <= 0.01,
+        "sent {got:.0} + lost {lost:.0} bit/s against {rate} ({:.1} % off)",
+        accounted * 100.0
+    );
 }
