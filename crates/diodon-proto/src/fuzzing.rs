@@ -183,7 +183,7 @@ fn seal(datagram: &mut [u8], integrity: &Integrity) {
     let covered = datagram.len() - integrity.tag_len();
     let (content, tag) = datagram.split_at_mut(covered);
     match integrity {
-        Integrity::Crc32c => tag.copy_from_slice(&crc32c::crc32c(content).to_be_bytes()),
+        Integrity::Crc32c => tag.copy_from_slice(&crc_fast::crc32_iscsi(content).to_be_bytes()),
         Integrity::Keyed(ring) => {
             let key = ring.current_key().bytes();
             tag.copy_from_slice(&blake3::keyed_hash(key, content).as_bytes()[..MAC_TAG_LEN]);

@@ -239,7 +239,7 @@ impl Integrity {
     /// encrypted datagram is checked by [`open_datagram`] and never here.
     fn verify(&self, key_id: u8, content: &[u8], tag: &[u8]) -> bool {
         match self {
-            Self::Crc32c => crc32c::crc32c(content).to_be_bytes() == tag,
+            Self::Crc32c => crc_fast::crc32_iscsi(content).to_be_bytes() == tag,
             Self::Keyed(ring) => ring
                 .key(key_id)
                 .is_some_and(|key| crypto::mac_matches(key, content, tag)),
@@ -1154,7 +1154,7 @@ impl<'a> DatagramRepr<'a> {
         }
         let total = self.emit_plain(buf, 0, CRC_TAG_LEN);
         let (content, tag) = buf[..total].split_at_mut(total - CRC_TAG_LEN);
-        tag.copy_from_slice(&crc32c::crc32c(content).to_be_bytes());
+        tag.copy_from_slice(&crc_fast::crc32_iscsi(content).to_be_bytes());
         total
     }
 

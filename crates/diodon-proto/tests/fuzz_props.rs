@@ -514,7 +514,7 @@ fn open_with_size_but_no_size_flag_is_rejected() {
     let mut bytes = datagram(1, Body::Open(ChannelMeta::stream("x")));
     bytes[32 + 11] = 5;
     let covered = bytes.len() - 4;
-    let crc = crc32c::crc32c(&bytes[..covered]);
+    let crc = crc_fast::crc32_iscsi(&bytes[..covered]);
     bytes[covered..].copy_from_slice(&crc.to_be_bytes());
     assert!(parse_datagram(&bytes, &Integrity::Crc32c).is_err());
     fuzzing::wire(&bytes);
@@ -587,7 +587,7 @@ fn open_flags_on_the_wrong_kind_are_rejected() {
         bytes[32] = kind;
         bytes[33] |= extra;
         let covered = bytes.len() - 4;
-        let crc = crc32c::crc32c(&bytes[..covered]);
+        let crc = crc_fast::crc32_iscsi(&bytes[..covered]);
         bytes[covered..].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(
             parse_datagram(&bytes, &Integrity::Crc32c),
