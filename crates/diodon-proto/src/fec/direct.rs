@@ -190,6 +190,43 @@ mod tests {
     }
 
     #[test]
+    fn every_small_high_rate_layout_restores_every_loss_count() {
+        // Every k ≤ 40 with every m the high-rate layout takes, losses of
+        // source and repair mixed, from one lost symbol to m.
+        let mut next = crate::fec::tests::below(0xbb67_ae85_84ca_a73b);
+        let len = 66;
+        for k in 1..=40usize {
+            for m in (1..=k.min(16)).filter(|&m| {
+                let (kp, mp) = (k.next_power_of_two(), m.next_power_of_two());
+                kp > mp || (kp == mp && k <= m)
+            }) {
+                let data: Vec<u8> = (0..k * len).map(|_| next(256) as u8).collect();
+                let mut parity = vec![0; m * len];
+                ReedSolomon::new()
+                    .encode(k, m, len, &data, &mut parity)
+                    .unwrap();
+                let lost = 1 + next(m);
+                let mut gone = vec![false; k + m];
+                while gone.iter().filter(|g| **g).count() < lost {
+                    gone[next(k + m)] = true;
+                }
+                let present: Vec<bool> = (0..k).map(|i| !gone[i]).collect();
+                let repair: Vec<(usize, &[u8])> = parity
+                    .chunks(len)
+                    .enumerate()
+                    .filter(|(i, _)| !gone[k + i])
+                    .collect();
+                let mut damaged = data.clone();
+                for i in (0..k).filter(|&i| gone[i]) {
+                    damaged[i * len..(i + 1) * len].fill(0);
+                }
+                DirectSolver::new().restore((k, m, len), &mut damaged, &present, &repair);
+                assert!(damaged == data, "k={k} m={m} gone {gone:?}");
+            }
+        }
+    }
+
+    #[test]
     fn restores_what_the_transforms_do() {
         let mut next = crate::fec::tests::below(0x6a09_e667_f3bc_c908);
         for (k, m, len) in [
