@@ -186,7 +186,7 @@ impl ErasureCode for ReedSolomon {
             return Err(FecError::Unsupported { k, m, shard_len });
         }
         check_repair(m, shard_len, repair)?;
-        if DirectSolver::cheaper(k, m, k - have, have + repair.len()) {
+        if DirectSolver::cheaper(k, m, k - have) {
             self.direct.get_or_insert_with(DirectSolver::new).restore(
                 (k, m, shard_len),
                 data,

@@ -8,7 +8,9 @@
 //! source symbols, that is most of the receiver's decoding. The same
 //! three steps have a closed form (the derivative of the interpolating
 //! polynomial over an additive subgroup is `Σ v_q / (p ⊕ q)`), so each lost
-//! source symbol at position `p` is one sum over the received symbols `q`:
+//! source symbol at position `p` is one sum over `k` received symbols `q`
+//! (the present source symbols, and only as many repair symbols as source
+//! symbols are lost: the others count as erased):
 //!
 //! ```text
 //! s_p = Σ_q  s_q · Λ(q) / ((p ⊕ q) · Λ(p))      Λ(x) = Π_{e erased, e ≠ x} (x ⊕ e)
@@ -25,12 +27,12 @@
 use reed_solomon_simd::engine::{tables, DefaultEngine, Engine, GfElement, GF_MODULUS};
 
 /// Shard products per 4 transform butterflies at which the direct sum
-/// costs what the transforms cost. A product here is a copy, a multiply and
-/// an add of one shard (67 ns for 1452 B on the AVX-512 EPYC of
+/// costs what the transforms cost. A product here is a multiply in place
+/// and an add of one shard (about 65 ns for 1452 B on the AVX-512 EPYC of
 /// BENCHMARKS.md); the transforms cost about 57 ns per butterfly, the
 /// locator multiplies and the derivative included (`fec/losses` bench:
-/// 224 + 23 decodes in 116 µs whatever is lost, directly in 22 µs per lost
-/// symbol; the two meet at 7 lost).
+/// 224 + 23 decodes in 116 µs whatever is lost, directly in about 15 µs per
+/// lost symbol; the two meet between 7 and 8 lost).
 const PRODUCTS_PER_4_BUTTERFLIES: usize = 3;
 
 /// Restores lost source symbols as a sum over the received ones.
@@ -53,11 +55,11 @@ impl DirectSolver {
         }
     }
 
-    /// Whether restoring `lost` source symbols of a `k + m` block from
-    /// `received` symbols is cheaper directly than by the transforms.
+    /// Whether restoring `lost` source symbols of a `k + m` block (`lost`
+    /// sums of `k` products) is cheaper directly than by the transforms.
     /// Only the library's high-rate layout (the one above) is solved here;
     /// it takes the low-rate one for blocks with more repair than source.
-    pub(super) fn cheaper(k: usize, m: usize, lost: usize, received: usize) -> bool {
+    pub(super) fn cheaper(k: usize, m: usize, lost: usize) -> bool {
         let (k_pow2, m_pow2) = (k.next_power_of_two(), m.next_power_of_two());
         let high_rate = k_pow2 > m_pow2 || (k_pow2 == m_pow2 && k <= m);
         if !high_rate {
@@ -65,7 +67,7 @@ impl DirectSolver {
         }
         let work = (m.next_power_of_two() + k).next_power_of_two();
         let butterflies = work / 2 * work.trailing_zeros() as usize * 2;
-        lost * received * 4 <= butterflies * PRODUCTS_PER_4_BUTTERFLIES
+        lost * k * 4 <= butterflies * PRODUCTS_PER_4_BUTTERFLIES
     }
 
     /// Restores the source symbols of `data` that `present` marks missing
@@ -79,6 +81,11 @@ impl DirectSolver {
         repair: &[(usize, &[u8])],
     ) {
         let chunk = m.next_power_of_two();
+        // Exactly k symbols are needed: as many repair symbols as source
+        // symbols are lost, the others counted as erased (a product fewer
+        // per lost symbol for each repair symbol left out).
+        let lost_count = present[..k].iter().filter(|p| !**p).count();
+        let repair = &repair[..lost_count.min(repair.len())];
         let mut repair_received = vec![false; m];
         for &(index, _) in repair {
             repair_received[index] = true;
@@ -183,10 +190,14 @@ mod tests {
     use crate::fec::{ErasureCode, ReedSolomon};
 
     #[test]
-    fn the_low_rate_layout_is_left_to_the_transforms() {
-        assert!(!DirectSolver::cheaper(3, 10, 1, 12));
-        assert!(!DirectSolver::cheaper(4, 3, 1, 6));
-        assert!(!DirectSolver::cheaper(224, 23, 23, 224), "all repair lost");
+    fn the_low_rate_layout_and_many_losses_are_left_to_the_transforms() {
+        assert!(!DirectSolver::cheaper(3, 10, 1));
+        assert!(!DirectSolver::cheaper(4, 3, 1));
+        assert!(DirectSolver::cheaper(224, 23, 6));
+        assert!(
+            !DirectSolver::cheaper(224, 23, 7),
+            "the transforms from 7 lost"
+        );
     }
 
     #[test]
@@ -237,7 +248,7 @@ mod tests {
             (1, 1, 2),
             (3, 3, 66),
         ] {
-            assert!(DirectSolver::cheaper(k, m, 1, k), "k={k} m={m}");
+            assert!(DirectSolver::cheaper(k, m, 1), "k={k} m={m}");
             let data: Vec<u8> = (0..k * len).map(|_| next(256) as u8).collect();
             let mut parity = vec![0; m * len];
             ReedSolomon::new()
