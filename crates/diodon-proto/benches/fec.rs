@@ -9,24 +9,33 @@
 //! direct sum up to its limit (`fec::direct`), the transforms past it.
 #![allow(missing_docs)]
 
-use criterion::{criterion_group, criterion_main, Bencher, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use diodon_proto::fec::{ErasureCode, ReedSolomon};
 use std::hint::black_box;
 
-/// Decodes `damaged` (the block with the source symbols `present` says are
-/// missing) from `repair`, once per iteration of `b`.
-fn decode_loop(
-    b: &mut Bencher<'_>,
+/// Benches decoding `data` with the source symbols `present` says are
+/// missing, from `repair`, as `id` in `group`, and checks that the decode
+/// restored `data`.
+fn bench_decode(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
     rs: &mut ReedSolomon,
     (k, m, shard): (usize, usize, usize),
-    damaged: &mut [u8],
+    data: &[u8],
     present: &[bool],
     repair: &[(usize, &[u8])],
 ) {
-    b.iter(|| {
-        rs.decode(k, m, shard, black_box(&mut *damaged), present, repair)
-            .expect("decode");
+    let mut damaged = data.to_vec();
+    group.bench_function(id, |b| {
+        b.iter(|| {
+            rs.decode(k, m, shard, black_box(&mut damaged), present, repair)
+                .expect("decode");
+        });
     });
+    assert!(damaged == data);
 }
 
 fn bench(c: &mut Criterion) {
@@ -53,22 +62,15 @@ fn bench(c: &mut Criterion) {
             rs.encode(k, m, shard, &data, &mut parity).expect("encode");
             let present: Vec<bool> = (0..k).map(|i| i >= m).collect();
             let repair_shards: Vec<(usize, &[u8])> = parity.chunks(shard).enumerate().collect();
-            let mut damaged = data.clone();
-            group.bench_with_input(
+            bench_decode(
+                &mut group,
                 BenchmarkId::new("decode", format!("{repair}%")),
-                &repair,
-                |b, _| {
-                    decode_loop(
-                        b,
-                        &mut rs,
-                        (k, m, shard),
-                        &mut damaged,
-                        &present,
-                        &repair_shards,
-                    );
-                },
+                &mut rs,
+                (k, m, shard),
+                &data,
+                &present,
+                &repair_shards,
             );
-            assert!(damaged == data);
             group.finish();
         }
     }
@@ -96,19 +98,16 @@ fn default_block(c: &mut Criterion) {
             .enumerate()
             .filter(|(i, _)| *i != 5)
             .collect();
-        let mut damaged = data.clone();
         group.throughput(Throughput::Bytes((k * shard) as u64));
-        group.bench_function(format!("decode {k}+{m}, {lost} lost"), |b| {
-            decode_loop(
-                b,
-                &mut rs,
-                (k, m, shard),
-                &mut damaged,
-                &present,
-                &repair_shards,
-            );
-        });
-        assert!(damaged == data);
+        bench_decode(
+            &mut group,
+            BenchmarkId::from_parameter(format!("decode {k}+{m}, {lost} lost")),
+            &mut rs,
+            (k, m, shard),
+            &data,
+            &present,
+            &repair_shards,
+        );
         group.bench_function(format!("encode {k}+{m}"), |b| {
             b.iter(|| {
                 rs.encode(k, m, shard, black_box(&data), &mut parity)
@@ -134,18 +133,15 @@ fn losses(c: &mut Criterion) {
             let present: Vec<bool> = (0..k)
                 .map(|i| i % (k / lost) != 7 || i / (k / lost) >= lost)
                 .collect();
-            let mut damaged = data.clone();
-            group.bench_function(format!("decode {k}+{m}, {lost} lost"), |b| {
-                decode_loop(
-                    b,
-                    &mut rs,
-                    (k, m, shard),
-                    &mut damaged,
-                    &present,
-                    &repair_shards,
-                );
-            });
-            assert!(damaged == data);
+            bench_decode(
+                &mut group,
+                BenchmarkId::from_parameter(format!("decode {k}+{m}, {lost} lost")),
+                &mut rs,
+                (k, m, shard),
+                &data,
+                &present,
+                &repair_shards,
+            );
         }
     }
     group.finish();

@@ -200,6 +200,30 @@ mod tests {
         );
     }
 
+    /// The block `data` (repair `parity`) after losing the symbols `gone`
+    /// marks (source `0..k`, repair `k..k + m`; a lost source symbol's bytes
+    /// overwritten with `fill`) and restoring it directly.
+    fn restored(
+        (k, m, len): (usize, usize, usize),
+        data: &[u8],
+        parity: &[u8],
+        gone: &[bool],
+        fill: u8,
+    ) -> Vec<u8> {
+        let present: Vec<bool> = (0..k).map(|i| !gone[i]).collect();
+        let repair: Vec<(usize, &[u8])> = parity
+            .chunks(len)
+            .enumerate()
+            .filter(|(i, _)| !gone[k + i])
+            .collect();
+        let mut damaged = data.to_vec();
+        for i in (0..k).filter(|&i| gone[i]) {
+            damaged[i * len..(i + 1) * len].fill(fill);
+        }
+        DirectSolver::new().restore((k, m, len), &mut damaged, &present, &repair);
+        damaged
+    }
+
     #[test]
     fn every_small_high_rate_layout_restores_every_loss_count() {
         // Every k ≤ 40 with every m the high-rate layout takes, losses of
@@ -221,17 +245,7 @@ mod tests {
                 while gone.iter().filter(|g| **g).count() < lost {
                     gone[next(k + m)] = true;
                 }
-                let present: Vec<bool> = (0..k).map(|i| !gone[i]).collect();
-                let repair: Vec<(usize, &[u8])> = parity
-                    .chunks(len)
-                    .enumerate()
-                    .filter(|(i, _)| !gone[k + i])
-                    .collect();
-                let mut damaged = data.clone();
-                for i in (0..k).filter(|&i| gone[i]) {
-                    damaged[i * len..(i + 1) * len].fill(0);
-                }
-                DirectSolver::new().restore((k, m, len), &mut damaged, &present, &repair);
+                let damaged = restored((k, m, len), &data, &parity, &gone, 0);
                 assert!(damaged == data, "k={k} m={m} gone {gone:?}");
             }
         }
@@ -259,17 +273,7 @@ mod tests {
                 for _ in 0..=next(m) {
                     gone[next(k + m)] = true;
                 }
-                let present: Vec<bool> = (0..k).map(|i| !gone[i]).collect();
-                let repair: Vec<(usize, &[u8])> = parity
-                    .chunks(len)
-                    .enumerate()
-                    .filter(|(i, _)| !gone[k + i])
-                    .collect();
-                let mut damaged = data.clone();
-                for i in (0..k).filter(|&i| gone[i]) {
-                    damaged[i * len..(i + 1) * len].fill(0xEE);
-                }
-                DirectSolver::new().restore((k, m, len), &mut damaged, &present, &repair);
+                let damaged = restored((k, m, len), &data, &parity, &gone, 0xEE);
                 assert!(damaged == data, "k={k} m={m} len={len} gone {gone:?}");
             }
         }
