@@ -20,7 +20,7 @@ use super::inbox::{Inbox, ReadResult};
 use super::manifest::{Op, Record, MANIFEST_NAME, MAX_RECORDS};
 use super::options::{AfterSend, SyncOptions};
 use super::reader::{Job, Work};
-use super::state::{split, FileRow, State, StateError};
+use super::state::{split, FileRow, PageKey, State, StateError};
 use super::stats::SyncStats;
 use crate::send::{SentNotice, SentStatus, SourceHandle};
 use diodon_proto::bundle::ENTRY_HEADER_LEN;
@@ -70,6 +70,11 @@ pub struct Scheduler<'a> {
     manifest: Option<(u64, Vec<(String, i64)>)>,
     new_page: VecDeque<FileRow>,
     repeat_page: VecDeque<FileRow>,
+    /// Where the last new page ended (`None`: read from the top), and the
+    /// last repeat page with its pass: the next page reads on from there,
+    /// so the files in flight from earlier pages do not fill it.
+    new_after: Option<PageKey>,
+    repeat_after: Option<(u32, PageKey)>,
     /// Unix ms of the last candidate query.
     last_query: Option<u64>,
     /// Files that left flight (sent, failed, changed) since the new and
@@ -87,6 +92,28 @@ pub struct Scheduler<'a> {
     scans: u64,
     /// The scanner died: stop.
     failed: bool,
+}
+
+/// The page of candidates with `passes` passes after `after`, which it
+/// moves to the page's last row; at the end of the order (a short page) the
+/// next page starts from the top again, where files that were in flight or
+/// failed before are found once more.
+fn next_page(
+    state: &State,
+    passes: u32,
+    stable_before: i64,
+    after: &mut Option<PageKey>,
+) -> Result<VecDeque<FileRow>, StateError> {
+    let mut rows = state.candidates(passes, stable_before, after.as_ref(), PAGE)?;
+    if rows.is_empty() && after.is_some() {
+        rows = state.candidates(passes, stable_before, None, PAGE)?;
+    }
+    *after = if rows.len() < PAGE {
+        None
+    } else {
+        rows.last().map(PageKey::of)
+    };
+    Ok(rows.into())
 }
 
 impl<'a> Scheduler<'a> {
@@ -112,6 +139,8 @@ impl<'a> Scheduler<'a> {
             manifest: None,
             new_page: VecDeque::new(),
             repeat_page: VecDeque::new(),
+            new_after: None,
+            repeat_after: None,
             last_query: None,
             landed_since_new: HashSet::new(),
             landed_since_repeat: HashSet::new(),
@@ -190,14 +219,19 @@ impl<'a> Scheduler<'a> {
         let stable_before =
             diodon_io::unix_time_ms().cast_signed() - self.opts.settle.as_millis() as i64;
         if self.new_page.is_empty() {
-            self.new_page = self.state.candidates(0, stable_before, PAGE)?.into();
+            self.new_page = next_page(&self.state, 0, stable_before, &mut self.new_after)?;
             self.landed_since_new.clear();
         }
         if self.repeat_page.is_empty() {
             if let Some(p) = self.state.lowest_pass(self.opts.passes)? {
                 let p = p.max(1);
                 if p < self.opts.passes {
-                    self.repeat_page = self.state.candidates(p, stable_before, PAGE)?.into();
+                    let mut after = match self.repeat_after.take() {
+                        Some((pass, key)) if pass == p => Some(key),
+                        _ => None,
+                    };
+                    self.repeat_page = next_page(&self.state, p, stable_before, &mut after)?;
+                    self.repeat_after = after.map(|key| (p, key));
                     self.landed_since_repeat.clear();
                 }
             }
@@ -378,17 +412,21 @@ impl<'a> Scheduler<'a> {
     fn land(&mut self, key: &str) -> Option<InFlight> {
         let f = self.inflight.remove(key)?;
         // A page held for long (a deferred large file at its front) is
-        // dropped and read again rather than its landed set let grow.
-        for (landed, page) in [
-            (&mut self.landed_since_new, &mut self.new_page),
-            (&mut self.landed_since_repeat, &mut self.repeat_page),
-        ] {
-            if landed.len() >= 4 * PAGE {
-                landed.clear();
-                page.clear();
-            } else {
-                landed.insert(key.to_owned());
-            }
+        // dropped and read again rather than its landed set let grow; its
+        // rows not taken yet come again from the top.
+        if self.landed_since_new.len() >= 4 * PAGE {
+            self.landed_since_new.clear();
+            self.new_page.clear();
+            self.new_after = None;
+        } else {
+            self.landed_since_new.insert(key.to_owned());
+        }
+        if self.landed_since_repeat.len() >= 4 * PAGE {
+            self.landed_since_repeat.clear();
+            self.repeat_page.clear();
+            self.repeat_after = None;
+        } else {
+            self.landed_since_repeat.insert(key.to_owned());
         }
         if let Some(n) = self.job_members.get_mut(&f.job) {
             *n -= 1;

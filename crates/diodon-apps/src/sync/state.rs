@@ -55,6 +55,26 @@ pub struct FileRow {
     pub passes: u32,
 }
 
+/// Where a page of [`State::candidates`] ended: the last row's place in
+/// their order (touched, then path).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageKey {
+    touched_ms: i64,
+    parent: String,
+    name: String,
+}
+
+impl PageKey {
+    /// The place of `row`.
+    pub fn of(row: &FileRow) -> Self {
+        PageKey {
+            touched_ms: row.touched_ms,
+            parent: row.parent.clone(),
+            name: row.name.clone(),
+        }
+    }
+}
+
 impl FileRow {
     /// The channel name (`parent/name`).
     pub fn path(&self) -> String {
@@ -361,23 +381,35 @@ impl State {
 
     /// Files that still need a pass: live, stable since `stable_before`
     /// (Unix ms), sent `passes` times (`passes` exactly, so the scheduler
-    /// can ask for new files and for repeats apart), oldest touched first.
+    /// can ask for new files and for repeats apart), oldest touched first
+    /// (then by path), and after `after` in that order when given: the
+    /// scheduler reads on from its last page instead of from the top, where
+    /// the files it has in flight (not yet counted) would fill the page.
     pub fn candidates(
         &self,
         passes: u32,
         stable_before: i64,
+        after: Option<&PageKey>,
         limit: usize,
     ) -> Result<Vec<FileRow>, StateError> {
+        // No file sorts before (i64::MIN, "", ""): its name is not empty.
+        let (touched, parent, name) = after.map_or((i64::MIN, "", ""), |k| {
+            (k.touched_ms, k.parent.as_str(), k.name.as_str())
+        });
         let mut st = self.db.prepare_cached(select_rows!(
             "FROM files
              WHERE passes = ?1 AND deleted_ms IS NULL AND error IS NULL AND touched_ms <= ?2
-             ORDER BY touched_ms LIMIT ?3"
+               AND (touched_ms, parent, name) > (?4, ?5, ?6)
+             ORDER BY touched_ms, parent, name LIMIT ?3"
         ))?;
         let rows = st.query_map(
             params![
                 passes,
                 stable_before,
-                i64::try_from(limit).unwrap_or(i64::MAX)
+                i64::try_from(limit).unwrap_or(i64::MAX),
+                touched,
+                parent,
+                name
             ],
             row,
         )?;
@@ -586,6 +618,49 @@ mod tests {
     }
 
     #[test]
+    fn pages_read_on_after_the_last_row_in_touched_then_path_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = State::open(&dir.path().join("s.sqlite")).expect("open");
+        for (parent, name, touched) in [
+            ("r", "c", 1000),
+            ("r", "a", 1000),
+            ("q", "z", 1000),
+            ("r", "d", 3000),
+            ("r", "b", 2000),
+        ] {
+            let mut f = file(parent, name, 1);
+            f.touched_ms = touched;
+            s.upsert(&f).expect("insert");
+        }
+        let names = |rows: &[FileRow]| -> Vec<String> { rows.iter().map(FileRow::path).collect() };
+        let first = s.candidates(0, 5000, None, 2).expect("q");
+        assert_eq!(names(&first), ["q/z", "r/a"]);
+        let after = PageKey::of(first.last().expect("row"));
+        let second = s.candidates(0, 5000, Some(&after), 2).expect("q");
+        assert_eq!(
+            names(&second),
+            ["r/c", "r/b"],
+            "on after r/a, not from the top"
+        );
+        let after = PageKey::of(second.last().expect("row"));
+        let third = s.candidates(0, 5000, Some(&after), 2).expect("q");
+        assert_eq!(names(&third), ["r/d"]);
+        let after = PageKey::of(&third[0]);
+        assert!(s
+            .candidates(0, 5000, Some(&after), 2)
+            .expect("q")
+            .is_empty());
+        // Not yet stable is not read on past either.
+        assert_eq!(
+            names(
+                &s.candidates(0, 2500, Some(&PageKey::of(&first[1])), 5)
+                    .expect("q")
+            ),
+            ["r/c", "r/b"]
+        );
+    }
+
+    #[test]
     fn passes_count_per_version_and_survive_reopening() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = dir.path().join("s.sqlite");
@@ -593,8 +668,12 @@ mod tests {
             let s = State::open(&db).expect("open");
             s.upsert(&file("r", "a", 1)).expect("insert");
             s.upsert(&file("r/sub", "b", 2)).expect("insert");
-            assert_eq!(s.candidates(0, 2000, 10).expect("q").len(), 2);
-            assert_eq!(s.candidates(0, 500, 10).expect("q").len(), 0, "not stable");
+            assert_eq!(s.candidates(0, 2000, None, 10).expect("q").len(), 2);
+            assert_eq!(
+                s.candidates(0, 500, None, 10).expect("q").len(),
+                0,
+                "not stable"
+            );
             let d = [7u8; 32];
             assert_eq!(
                 s.sent("r", "a", 1, 1_000_000_000, &d, 9).expect("s"),
