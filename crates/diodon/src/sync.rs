@@ -117,7 +117,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         settle: ms(args.settle, file.settle, 2000),
         rescan: ms(args.rescan, file.rescan, 30_000),
         watch: !args.no_watch,
-        in_flight: args.in_flight.or(file.in_flight).unwrap_or(64) as usize,
+        in_flight: args.in_flight.or(file.in_flight).unwrap_or(32) as usize,
         readers: args.readers.or(file.readers).unwrap_or(4) as usize,
         bundle_bytes,
         bundle_file_max: args

@@ -15,6 +15,8 @@
 //! new candidates packed into one channel (`--bundle`, PROTOCOL.md § 5.6). Every
 //! candidate is checked against its row again before it is dispatched, so
 //! a page read before a pass was counted never sends the same pass twice.
+//! Pages are read on from where the last one ended (`next_page`): read
+//! from the top, each page was mostly the files still in flight.
 
 use super::inbox::{Inbox, ReadResult};
 use super::manifest::{Op, Record, MANIFEST_NAME, MAX_RECORDS};

@@ -104,7 +104,7 @@ pub struct SyncArgs {
     /// A full rescan this often (ms). Default 30000.
     #[arg(long, value_name = "MS")]
     pub rescan: Option<u64>,
-    /// Files being sent at once (small files pass a large one). Default 64.
+    /// Files being sent at once (small files pass a large one). Default 32.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub in_flight: Option<u64>,
     /// Reader threads. Default 4.
