@@ -118,6 +118,21 @@ fn next_page(
     Ok(rows.into())
 }
 
+/// Records that `key` left flight since `page` was read. A page held for
+/// long (a deferred large file at its front) is dropped and read again
+/// rather than its landed set let grow: `true` then, and its rows not taken
+/// yet come again from the top.
+fn note_landed(landed: &mut HashSet<String>, page: &mut VecDeque<FileRow>, key: &str) -> bool {
+    if landed.len() >= 4 * PAGE {
+        landed.clear();
+        page.clear();
+        true
+    } else {
+        landed.insert(key.to_owned());
+        false
+    }
+}
+
 impl<'a> Scheduler<'a> {
     /// A scheduler over `state`.
     pub fn new(
@@ -413,22 +428,11 @@ impl<'a> Scheduler<'a> {
     /// Takes a file out of flight (and its job, with its last member).
     fn land(&mut self, key: &str) -> Option<InFlight> {
         let f = self.inflight.remove(key)?;
-        // A page held for long (a deferred large file at its front) is
-        // dropped and read again rather than its landed set let grow; its
-        // rows not taken yet come again from the top.
-        if self.landed_since_new.len() >= 4 * PAGE {
-            self.landed_since_new.clear();
-            self.new_page.clear();
+        if note_landed(&mut self.landed_since_new, &mut self.new_page, key) {
             self.new_after = None;
-        } else {
-            self.landed_since_new.insert(key.to_owned());
         }
-        if self.landed_since_repeat.len() >= 4 * PAGE {
-            self.landed_since_repeat.clear();
-            self.repeat_page.clear();
+        if note_landed(&mut self.landed_since_repeat, &mut self.repeat_page, key) {
             self.repeat_after = None;
-        } else {
-            self.landed_since_repeat.insert(key.to_owned());
         }
         if let Some(n) = self.job_members.get_mut(&f.job) {
             *n -= 1;
