@@ -91,6 +91,64 @@ fn ipv6_gso_and_sendmmsg() {
 }
 
 #[test]
+fn datagrams_gathered_from_pieces_arrive_whole() {
+    for gso in [true, false] {
+        let (mut tx, mut rx) = pair("127.0.0.1:0", gso, gso);
+        // 100 datagrams of 1000 bytes (the last 500), each cut in three
+        // pieces where they lie: more than one GSO call, and every shape
+        // of piece (an empty middle, an empty tail).
+        let mut whole = Vec::new();
+        for seq in 0..100 {
+            payload(seq, if seq == 99 { 500 } else { 1000 }, &mut whole);
+        }
+        let mut pieces: Vec<&[u8]> = Vec::new();
+        for (i, d) in whole.chunks(1000).enumerate() {
+            let (head, rest) = d.split_at(50);
+            let cut = match i % 3 {
+                0 => rest.len() - 4,
+                1 => 0,
+                _ => rest.len(),
+            };
+            let (middle, tail) = rest.split_at(cut);
+            pieces.extend([head, middle, tail]);
+        }
+        let dest = rx.local_addr();
+        let report = tx.send_pieces(dest, &pieces, 3, 1000).expect("send");
+        assert_eq!(report.datagrams, 100);
+        assert_eq!(report.bytes, whole.len() as u64);
+        let mut got = 0;
+        while got < 100 {
+            let batch = rx.recv_batch(Some(Duration::from_secs(2))).expect("recv");
+            assert!(!batch.is_empty(), "timed out after {got} datagrams");
+            for (i, d) in batch.iter().enumerate() {
+                let seq = got + i;
+                let want = &whole[seq * 1000..whole.len().min((seq + 1) * 1000)];
+                assert_eq!(d.data, want, "datagram {seq} (gso {gso})");
+            }
+            got += batch.len();
+        }
+        assert_eq!(tx.counters().gso_calls > 0, gso);
+    }
+}
+
+#[test]
+fn an_uneven_batch_is_refused_before_anything_is_sent() {
+    let (mut tx, rx) = pair("127.0.0.1:0", true, true);
+    let short = [0u8; 900];
+    let full = [0u8; 1000];
+    let pieces: Vec<&[u8]> = vec![&full, &short, &full];
+    let err = tx
+        .send_pieces(rx.local_addr(), &pieces, 1, 1000)
+        .expect_err("a short datagram before the last");
+    assert!(
+        err.to_string()
+            .contains("datagram 1 of the batch is 900 bytes, not the segment size 1000"),
+        "{err}"
+    );
+    assert_eq!(tx.counters().datagrams, 0);
+}
+
+#[test]
 fn gro_super_packets_are_split() {
     let (mut tx, mut rx) = pair("127.0.0.1:0", true, true);
     assert!(rx.setup().gro, "UDP_GRO refused: {:?}", rx.setup().warnings);

@@ -191,6 +191,17 @@ pub enum UdpError {
         /// The largest UDP payload for this address family.
         max: usize,
     },
+    /// A datagram of a batch, other than the last, is not `segment_size`
+    /// bytes long (or the last is longer): GSO would cut it wrongly.
+    #[error("datagram {index} of the batch is {len} bytes, not the segment size {segment_size}")]
+    UnevenBatch {
+        /// The datagram's place in the batch.
+        index: usize,
+        /// Its length.
+        len: usize,
+        /// The batch's segment size.
+        segment_size: usize,
+    },
     /// An IPv6 destination for an IPv4 socket.
     #[error("destination {dest} is not reachable from an IPv4 socket")]
     AddressFamily {

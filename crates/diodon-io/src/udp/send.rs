@@ -150,18 +150,49 @@ impl BatchSender {
     }
 
     /// Sends `buf` as datagrams of `segment_size` bytes (the last may be
-    /// shorter) to `dest`.
-    ///
-    /// Uses GSO (≤ [`MAX_GSO_SEGMENTS`] segments and ≤ 64 KiB per call) when
-    /// available, else `sendmmsg`. A full queue is waited out, never turned
-    /// into a drop; an error returns with [`UdpError::Send`] telling how many
-    /// datagrams of `buf` went out before it.
+    /// shorter) to `dest`: [`BatchSender::send_pieces`] with one piece per
+    /// datagram.
     pub fn send(
         &mut self,
         dest: SocketAddr,
         buf: &[u8],
         segment_size: usize,
     ) -> Result<SendReport, UdpError> {
+        if segment_size == 0 {
+            return Err(UdpError::SegmentSize {
+                segment_size,
+                max: self.max_payload(),
+            });
+        }
+        let pieces: Vec<&[u8]> = buf.chunks(segment_size).collect();
+        self.send_pieces(dest, &pieces, 1, segment_size)
+    }
+
+    /// Sends datagrams made of pieces to `dest`: datagram `i` is
+    /// `pieces[i * per_datagram..(i + 1) * per_datagram]` one after the
+    /// other (empty pieces are skipped), the kernel gathers them, so a
+    /// payload is sent from where it lies. Every datagram is
+    /// `segment_size` bytes but the last, which may be shorter.
+    ///
+    /// Uses GSO (≤ [`MAX_GSO_SEGMENTS`] segments and ≤ 64 KiB per call) when
+    /// available, else `sendmmsg`. A full queue is waited out, never turned
+    /// into a drop; an error returns with [`UdpError::Send`] telling how many
+    /// datagrams went out before it.
+    ///
+    /// # Panics
+    /// If `per_datagram` is 0 or does not divide `pieces.len()`.
+    pub fn send_pieces(
+        &mut self,
+        dest: SocketAddr,
+        pieces: &[&[u8]],
+        per_datagram: usize,
+        segment_size: usize,
+    ) -> Result<SendReport, UdpError> {
+        assert!(
+            per_datagram > 0 && pieces.len().is_multiple_of(per_datagram),
+            "{} pieces are not datagrams of {per_datagram}",
+            pieces.len()
+        );
         let mut report = SendReport::default();
         let max = self.max_payload();
         if segment_size == 0 || segment_size > max {
@@ -174,7 +205,8 @@ impl BatchSender {
             }
             (d, _) => d,
         };
-        if buf.is_empty() {
+        let batch = Gather::new(pieces, per_datagram, segment_size)?;
+        if batch.lens.is_empty() {
             return Ok(report);
         }
         self.calls_since_drain += 1;
@@ -182,41 +214,44 @@ impl BatchSender {
             self.drain_error_queue();
         }
         let addr = RawAddr::new(dest);
-        let mut rest = buf;
+        let mut next = 0;
         if self.gso != GsoState::Off {
-            let per_call = (max / segment_size).clamp(1, MAX_GSO_SEGMENTS) * segment_size;
-            while !rest.is_empty() {
-                let (chunk, tail) = rest.split_at(rest.len().min(per_call));
-                match self.send_gso(&addr, dest, chunk, segment_size, &mut report) {
-                    Ok(()) => rest = tail,
-                    Err(None) => break, // GSO unsupported: the fallback sends `rest`
+            let per_call = (max / segment_size).clamp(1, MAX_GSO_SEGMENTS);
+            while next < batch.lens.len() {
+                let end = batch.lens.len().min(next + per_call);
+                match self.send_gso(&addr, dest, &batch, next..end, segment_size, &mut report) {
+                    Ok(()) => next = end,
+                    Err(None) => break, // GSO unsupported: the fallback sends the rest
                     Err(Some(e)) => return Err(e),
                 }
             }
         }
-        if !rest.is_empty() {
-            self.send_mmsg(&addr, dest, rest, segment_size, &mut report)?;
+        if next < batch.lens.len() {
+            self.send_mmsg(&addr, dest, &batch, next, &mut report)?;
         }
         Ok(report)
     }
 
-    /// One GSO super-packet. `Err(None)`: the probe failed, GSO is now off.
+    /// One GSO super-packet of datagrams `range`. `Err(None)`: the probe
+    /// failed, GSO is now off.
     fn send_gso(
         &mut self,
         addr: &RawAddr,
         dest: SocketAddr,
-        chunk: &[u8],
+        batch: &Gather,
+        range: std::ops::Range<usize>,
         segment_size: usize,
         report: &mut SendReport,
     ) -> Result<(), Option<UdpError>> {
         let fd = self.fd.as_raw_fd();
         let seg = u16::try_from(segment_size).unwrap_or(u16::MAX);
-        let result = self.retrying(dest, report, || gso_sendmsg(fd, addr, chunk, seg));
+        let iov = &batch.iov[batch.starts[range.start]..batch.starts[range.end]];
+        let bytes: usize = batch.lens[range.clone()].iter().sum();
+        let result = self.retrying(dest, report, || gso_sendmsg(fd, addr, iov, seg));
         match result {
             Ok(_) => {
                 self.gso = GsoState::Works;
-                let n = chunk.len().div_ceil(segment_size) as u64;
-                self.account(report, n, chunk.len() as u64);
+                self.account(report, range.len() as u64, bytes as u64);
                 self.counters.gso_calls += 1;
                 Ok(())
             }
@@ -237,35 +272,30 @@ impl BatchSender {
         }
     }
 
+    /// Datagrams `first..` of `batch`, up to [`MAX_SEND_BATCH`] per call.
     fn send_mmsg(
         &mut self,
         addr: &RawAddr,
         dest: SocketAddr,
-        buf: &[u8],
-        segment_size: usize,
+        batch: &Gather,
+        first: usize,
         report: &mut SendReport,
     ) -> Result<(), UdpError> {
         let fd = self.fd.as_raw_fd();
-        for group in buf.chunks(segment_size * MAX_SEND_BATCH) {
-            // SAFETY: iovec and mmsghdr are plain C structs; all-zero (null
-            // pointers, zero lengths) is a valid value.
-            let mut iov: [libc::iovec; MAX_SEND_BATCH] = unsafe { mem::zeroed() };
-            // SAFETY: as above.
+        let mut group_start = first;
+        while group_start < batch.lens.len() {
+            let group_end = batch.lens.len().min(group_start + MAX_SEND_BATCH);
+            // SAFETY: mmsghdr is a plain C struct; all-zero (null pointers,
+            // zero lengths) is a valid value.
             let mut hdrs: [libc::mmsghdr; MAX_SEND_BATCH] = unsafe { mem::zeroed() };
-            let mut lens = [0usize; MAX_SEND_BATCH];
-            let mut n = 0;
-            for (i, d) in group.chunks(segment_size).enumerate() {
-                iov[i] = libc::iovec {
-                    iov_base: d.as_ptr().cast_mut().cast(),
-                    iov_len: d.len(),
-                };
-                lens[i] = d.len();
-                let h = &mut hdrs[i].msg_hdr;
+            let n = group_end - group_start;
+            for (h, d) in hdrs.iter_mut().zip(group_start..group_end) {
+                let iov = &batch.iov[batch.starts[d]..batch.starts[d + 1]];
+                let h = &mut h.msg_hdr;
                 h.msg_name = addr.as_ptr().cast_mut().cast();
                 h.msg_namelen = addr.len();
-                h.msg_iov = &raw mut iov[i];
-                h.msg_iovlen = 1;
-                n = i + 1;
+                h.msg_iov = iov.as_ptr().cast_mut();
+                h.msg_iovlen = iov.len();
             }
             let mut done = 0;
             while done < n {
@@ -273,11 +303,13 @@ impl BatchSender {
                 let sent = self
                     .retrying(dest, report, || sendmmsg(fd, pending))
                     .map_err(|e| Self::with_sent(e, report))?;
-                let bytes: usize = lens[done..done + sent].iter().sum();
+                let first_sent = group_start + done;
+                let bytes: usize = batch.lens[first_sent..first_sent + sent].iter().sum();
                 self.account(report, sent as u64, bytes as u64);
                 self.counters.sendmmsg_calls += 1;
                 done += sent;
             }
+            group_start = group_end;
         }
         Ok(())
     }
@@ -383,18 +415,62 @@ impl BatchSender {
     }
 }
 
-fn gso_sendmsg(fd: RawFd, addr: &RawAddr, chunk: &[u8], segment_size: u16) -> io::Result<usize> {
-    let mut iov = libc::iovec {
-        iov_base: chunk.as_ptr().cast_mut().cast(),
-        iov_len: chunk.len(),
-    };
+/// A batch's datagrams as the kernel reads them: the non-empty pieces as
+/// iovecs, where each datagram's start in them, and each datagram's length.
+struct Gather {
+    iov: Vec<libc::iovec>,
+    /// `starts[i]..starts[i + 1]` are datagram `i`'s iovecs.
+    starts: Vec<usize>,
+    lens: Vec<usize>,
+}
+
+impl Gather {
+    fn new(pieces: &[&[u8]], per_datagram: usize, segment_size: usize) -> Result<Self, UdpError> {
+        let count = pieces.len() / per_datagram;
+        let mut batch = Gather {
+            iov: Vec::with_capacity(pieces.len()),
+            starts: Vec::with_capacity(count + 1),
+            lens: Vec::with_capacity(count),
+        };
+        for (index, datagram) in pieces.chunks(per_datagram).enumerate() {
+            batch.starts.push(batch.iov.len());
+            let mut len = 0;
+            for piece in datagram.iter().filter(|p| !p.is_empty()) {
+                batch.iov.push(libc::iovec {
+                    iov_base: piece.as_ptr().cast_mut().cast(),
+                    iov_len: piece.len(),
+                });
+                len += piece.len();
+            }
+            let last = index + 1 == count;
+            if len > segment_size || (!last && len != segment_size) || len == 0 {
+                return Err(UdpError::UnevenBatch {
+                    index,
+                    len,
+                    segment_size,
+                });
+            }
+            batch.lens.push(len);
+        }
+        batch.starts.push(batch.iov.len());
+        Ok(batch)
+    }
+}
+
+fn gso_sendmsg(
+    fd: RawFd,
+    addr: &RawAddr,
+    iov: &[libc::iovec],
+    segment_size: u16,
+) -> io::Result<usize> {
     let mut control = [0u64; 4]; // 32 bytes ≥ CMSG_SPACE(2) = 24, 8-aligned
                                  // SAFETY: all-zero msghdr is valid (null pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_name = addr.as_ptr().cast_mut().cast();
     msg.msg_namelen = addr.len();
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
+    // The kernel only reads the iovecs (and the bytes they point to).
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len();
     msg.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE/CMSG_LEN are pure arithmetic; CMSG_FIRSTHDR returns
     // the start of `control`, which holds a full header plus a u16 (24 bytes
