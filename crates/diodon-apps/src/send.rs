@@ -1062,17 +1062,18 @@ impl Core {
 
     /// Sends one batch if the core has one; returns whether it did.
     fn send_batch(&mut self, now: diodon_proto::Timestamp) -> Result<bool, PipelineError> {
-        let Some(transmit) = self
-            .sender
-            .poll_transmit(now, MAX_GSO_SEGMENTS, &mut self.buf)
+        // The payloads go from their blocks to the kernel: no copy here.
+        let mut pieces = Vec::with_capacity(3 * MAX_GSO_SEGMENTS);
+        let Some(transmit) =
+            self.sender
+                .poll_transmit_gather(now, MAX_GSO_SEGMENTS, &mut self.buf, &mut pieces)
         else {
             return Ok(false);
         };
-        let sent = self.udp.send(
-            self.dest,
-            &self.buf[..transmit.size],
-            transmit.segment_len(),
-        );
+        let sent = self
+            .udp
+            .send_pieces(self.dest, &pieces, 3, transmit.segment_len());
+        drop(pieces);
         let report = match (sent, &mut self.link) {
             (Ok(r), _) => r,
             (Err(e), Some(watch)) if path_failure(&e) => {

@@ -160,9 +160,18 @@ pub fn nonce(seq: u64) -> [u8; 12] {
 
 /// The keyed MAC of `content`: the first 16 bytes of BLAKE3's keyed hash.
 pub fn mac(key: &Secret, content: &[u8]) -> [u8; TAG_LEN] {
-    let full = blake3::keyed_hash(key.bytes(), content);
+    mac_of_pieces(key, &[content])
+}
+
+/// The keyed MAC of `pieces` one after the other (the same tag as
+/// [`mac`] of their concatenation).
+pub fn mac_of_pieces(key: &Secret, pieces: &[&[u8]]) -> [u8; TAG_LEN] {
+    let mut hasher = blake3::Hasher::new_keyed(key.bytes());
+    for piece in pieces {
+        hasher.update(piece);
+    }
     let mut tag = [0u8; TAG_LEN];
-    tag.copy_from_slice(&full.as_bytes()[..TAG_LEN]);
+    tag.copy_from_slice(&hasher.finalize().as_bytes()[..TAG_LEN]);
     tag
 }
 

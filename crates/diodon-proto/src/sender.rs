@@ -405,6 +405,8 @@ impl EncodedBlock {
 
 #[derive(Debug)]
 struct Group {
+    /// Names the group in a batch's [`Piece`]s (unique in the session).
+    id: u64,
     channel: ChannelId,
     blocks: Vec<EncodedBlock>,
     /// Symbol index being emitted across the blocks.
@@ -449,6 +451,38 @@ struct ControlItem {
     due_time: Timestamp,
 }
 
+/// Where one datagram of the last batch lies: `buf[start..head_end]`,
+/// then the payload (none for a datagram written whole into `buf`), then
+/// `buf[head_end..end]`.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    start: usize,
+    head_end: usize,
+    end: usize,
+    payload: Option<PayloadAt>,
+}
+
+impl Piece {
+    /// A datagram of `len` bytes written whole at `start` of the buffer.
+    fn whole(start: usize, len: usize) -> Self {
+        Piece {
+            start,
+            head_end: start + len,
+            end: start + len,
+            payload: None,
+        }
+    }
+}
+
+/// A symbol's payload in its block: symbol `index` of block `slot` of
+/// group `group` (in `active`, or in `retired` if the batch finished it).
+#[derive(Debug, Clone, Copy)]
+struct PayloadAt {
+    group: u64,
+    slot: usize,
+    index: usize,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Next {
     Beacon,
@@ -469,6 +503,12 @@ pub struct Sender {
     groups: VecDeque<Group>,
     /// Groups being sent, at most one per channel, symbols round-robin.
     active: Vec<Group>,
+    /// Groups the last batch finished: their payloads are in that batch's
+    /// pieces, so their buffers go back to the pool with the next batch.
+    retired: Vec<Group>,
+    next_group_id: u64,
+    /// The datagrams of the batch being written.
+    pieces: Vec<Piece>,
     /// Index into `active` of the group whose symbol goes next.
     turn: usize,
     control: VecDeque<ControlItem>,
@@ -569,6 +609,9 @@ impl Sender {
             channels: BTreeMap::new(),
             groups: VecDeque::new(),
             active: Vec::new(),
+            retired: Vec::new(),
+            next_group_id: 0,
+            pieces: Vec::new(),
             turn: 0,
             control: VecDeque::new(),
             control_due: Deadlines::default(),
@@ -1083,19 +1126,62 @@ impl Sender {
     /// [`Sender::poll_timeout`] says until when).
     ///
     /// `buf` holds exactly the batch on return (`size` bytes; left as it
-    /// was with `None`). It is reused: no allocation and no zeroing per
-    /// datagram once it has grown to a batch. The destination is `None`: a one-way sender has
-    /// one peer, the driver's.
+    /// was with `None`). The datagrams are those of
+    /// [`Sender::poll_transmit_gather`], copied one after the other; a
+    /// driver that can send from pieces calls that and copies nothing. The
+    /// destination is `None`: a one-way sender has one peer, the driver's.
     pub fn poll_transmit(
         &mut self,
         now: Timestamp,
         max_datagrams: usize,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        // `buf` keeps what it held: every datagram overwrites its slot
-        // whole, so slots are not zeroed first (that was a memset of every
-        // byte sent); it grows only past its longest batch so far.
+        let mut pieces_buf = std::mem::take(buf);
+        let mut parts = Vec::new();
+        let transmit = self.poll_transmit_gather(now, max_datagrams, &mut pieces_buf, &mut parts);
+        if transmit.is_some() {
+            buf.clear();
+            buf.reserve(transmit.map_or(0, |t| t.size));
+            for part in parts {
+                buf.extend_from_slice(part);
+            }
+        } else {
+            *buf = pieces_buf;
+        }
+        transmit
+    }
+
+    /// Like [`Sender::poll_transmit`], but the payload of a data or repair
+    /// datagram is not copied: each datagram is three pieces in `parts`
+    /// (header and symbol sub-header in `buf`, the payload where its block
+    /// holds it, the tag in `buf`; a beacon, open or trailer, and every
+    /// datagram of the encrypted mode, is one piece in `buf` and two empty
+    /// ones). `parts` holds `3 × count` pieces on return; `Transmit::size`
+    /// and `segment_size` count whole datagrams. The pieces borrow the
+    /// sender: send them before calling it again (blocks the batch
+    /// finished are returned to the pool at the next batch).
+    ///
+    /// `buf` is reused: no allocation and no zeroing per datagram once it
+    /// has grown to a batch.
+    pub fn poll_transmit_gather<'a>(
+        &'a mut self,
+        now: Timestamp,
+        max_datagrams: usize,
+        buf: &'a mut Vec<u8>,
+        parts: &mut Vec<&'a [u8]>,
+    ) -> Option<Transmit> {
+        for g in self.retired.drain(..) {
+            for block in g.blocks {
+                self.pool.put(block.data);
+                self.pool.put(block.repair);
+            }
+        }
+        self.pieces.clear();
+        // `buf` keeps what it held: every piece overwrites its bytes whole,
+        // so it is not zeroed first (that was a memset of every byte sent);
+        // it grows only past its longest batch so far.
         let mut used = 0;
+        let mut size = 0;
         let max = max_datagrams.min(self.config.max_batch).max(1);
         let mut segment_size = 0;
         let mut count = 0;
@@ -1107,7 +1193,7 @@ impl Sender {
             };
             let len = self.next_len(next);
             // GSO: same size, or one shorter datagram that ends the batch.
-            if count > 0 && (len > segment_size || used + len > MAX_TRANSMIT_BYTES) {
+            if count > 0 && (len > segment_size || size + len > MAX_TRANSMIT_BYTES) {
                 break;
             }
             let wire = len + self.config.per_datagram_overhead;
@@ -1121,9 +1207,14 @@ impl Sender {
             if buf.len() < used + len {
                 buf.resize(used + len, 0);
             }
-            let written = self.emit(now, next, &mut buf[used..used + len]);
-            debug_assert_eq!(written, len);
-            used += len;
+            let piece = self.emit(now, next, &mut buf[used..used + len], used);
+            debug_assert_eq!(
+                piece.end - piece.start + piece.payload.map_or(0, |p| self.payload_at(p).len()),
+                len
+            );
+            used = piece.end;
+            self.pieces.push(piece);
+            size += len;
             if count == 0 {
                 segment_size = len;
             }
@@ -1136,12 +1227,30 @@ impl Sender {
         if count == 0 {
             return None;
         }
-        buf.truncate(used);
+        let this: &'a Self = self;
+        let buf: &'a [u8] = buf;
+        parts.clear();
+        for piece in &this.pieces {
+            parts.push(&buf[piece.start..piece.head_end]);
+            parts.push(piece.payload.map_or(&[][..], |p| this.payload_at(p)));
+            parts.push(&buf[piece.head_end..piece.end]);
+        }
         Some(Transmit {
             destination: None,
-            size: used,
+            size,
             segment_size: (count > 1).then_some(segment_size),
         })
+    }
+
+    /// The payload a piece of the current batch points to.
+    fn payload_at(&self, at: PayloadAt) -> &[u8] {
+        let group = self
+            .active
+            .iter()
+            .chain(&self.retired)
+            .find(|g| g.id == at.group)
+            .expect("a batch's groups are kept until the next batch");
+        group.blocks[at.slot].payload(at.index)
     }
 
     fn pick(&self, now: Timestamp) -> Option<Next> {
@@ -1206,8 +1315,12 @@ impl Sender {
         entries
     }
 
-    fn emit(&mut self, now: Timestamp, next: Next, buf: &mut [u8]) -> usize {
-        let len = match next {
+    /// Writes datagram `next` into `buf` (room for all of it), which
+    /// starts at `offset` of the batch's buffer; a symbol's payload stays
+    /// in its block. Returns where the datagram's pieces lie.
+    fn emit(&mut self, now: Timestamp, next: Next, buf: &mut [u8], offset: usize) -> Piece {
+        let whole = |written: usize| Piece::whole(offset, written);
+        let piece = match next {
             Next::Beacon => {
                 let repr = DatagramRepr {
                     header: self.header(now, ChannelId(0)),
@@ -1233,13 +1346,13 @@ impl Sender {
                 };
                 self.beacon_due = now + self.config.beacon_interval;
                 self.stats.beacons += 1;
-                seal_into(
+                whole(seal_into(
                     &repr,
                     buf,
                     &self.config.integrity,
                     self.sealing.as_ref(),
                     now,
-                )
+                ))
             }
             Next::Control(i) => {
                 let item = &self.control[i];
@@ -1265,20 +1378,21 @@ impl Sender {
                     now,
                 );
                 self.control_sent(i, now);
-                len
+                whole(len)
             }
-            Next::Symbol => self.emit_symbol(now, buf),
+            Next::Symbol => self.emit_symbol(now, buf, offset),
         };
+        let len = piece.end - piece.start + piece.payload.map_or(0, |p| self.payload_at(p).len());
         self.seq += 1;
         self.stats.datagrams_sent += 1;
         self.stats.wire_bytes += len as u64;
-        len
+        piece
     }
 
-    fn emit_symbol(&mut self, now: Timestamp, buf: &mut [u8]) -> usize {
+    fn emit_symbol(&mut self, now: Timestamp, buf: &mut [u8], offset: usize) -> Piece {
         let header = self.header(now, self.active[self.turn].channel);
         let g = &mut self.active[self.turn];
-        let (slot, index) = (g.slot, g.round);
+        let (group, slot, index) = (g.id, g.slot, g.round);
         let b = &g.blocks[slot];
         let symbol = SymbolRepr {
             block: b.block,
@@ -1298,13 +1412,26 @@ impl Sender {
                 Body::Repair(symbol)
             },
         };
-        let len = seal_into(
-            &repr,
-            buf,
-            &self.config.integrity,
-            self.sealing.as_ref(),
-            now,
-        );
+        let sealer = self.sealing.as_ref().map(|s| s.at(now));
+        let (head, tail) = buf.split_at_mut(HEADER_LEN + SYMBOL_HEADER_LEN);
+        let piece = if let Some((head_len, tag_len)) = repr.emit_around_payload(head, tail, sealer)
+        {
+            Piece {
+                start: offset,
+                head_end: offset + head_len,
+                end: offset + head_len + tag_len,
+                payload: Some(PayloadAt { group, slot, index }),
+            }
+        } else {
+            let len = seal_into(
+                &repr,
+                buf,
+                &self.config.integrity,
+                self.sealing.as_ref(),
+                now,
+            );
+            Piece::whole(offset, len)
+        };
         if index < usize::from(b.k) {
             self.stats.data_symbols += 1;
         } else {
@@ -1321,7 +1448,7 @@ impl Sender {
         if self.turn >= self.active.len() {
             self.turn = 0;
         }
-        len
+        piece
     }
 
     /// Moves waiting groups into the active set, at most `interleave_depth`
@@ -1352,10 +1479,7 @@ impl Sender {
             ch.blocks_sent += g.blocks.len() as u64;
         }
         let channel = g.channel;
-        for block in g.blocks {
-            self.pool.put(block.data);
-            self.pool.put(block.repair);
-        }
+        self.retired.push(g);
         self.maybe_queue_trailer(channel, now);
     }
 
@@ -1544,7 +1668,9 @@ impl Sender {
             .max()
             .unwrap_or(0);
         self.stats.blocks += blocks.len() as u64;
+        self.next_group_id += 1;
         self.groups.push_back(Group {
+            id: self.next_group_id,
             channel,
             blocks,
             round: 0,

@@ -558,6 +558,12 @@ impl<'a> SymbolRepr<'a> {
     }
 
     fn emit(&self, b: &mut [u8]) {
+        self.emit_head(b);
+        b[SYMBOL_HEADER_LEN..SYMBOL_HEADER_LEN + self.payload.len()].copy_from_slice(self.payload);
+    }
+
+    /// Writes the symbol sub-header (everything before the payload).
+    fn emit_head(&self, b: &mut [u8]) {
         b[0..8].copy_from_slice(&self.block.to_be_bytes());
         b[8..10].copy_from_slice(&self.index.to_be_bytes());
         b[10..12].copy_from_slice(&self.k.to_be_bytes());
@@ -565,7 +571,6 @@ impl<'a> SymbolRepr<'a> {
         b[14..16].copy_from_slice(&self.tail_len.to_be_bytes());
         b[16] = self.group_pos;
         b[17] = self.group_len;
-        b[SYMBOL_HEADER_LEN..SYMBOL_HEADER_LEN + self.payload.len()].copy_from_slice(self.payload);
     }
 }
 
@@ -1190,12 +1195,69 @@ impl<'a> DatagramRepr<'a> {
         }
     }
 
+    /// Writes a data or repair datagram in three pieces of which it
+    /// writes two, around the symbol's payload, which stays where the
+    /// caller keeps it: the header and the symbol sub-header into `head`,
+    /// the tag into `tail` (the CRC32C, or with `sealer` the keyed MAC,
+    /// over header and payload). Sent one after the other, head, payload
+    /// and tail are byte for byte what [`DatagramRepr::emit_sealed`] (or
+    /// [`DatagramRepr::emit`] with the CRC32C) writes. Returns the lengths
+    /// of head and tail; `None`, with nothing written, for another body
+    /// and for an AEAD sealer (the body is encrypted in a buffer).
+    ///
+    /// # Panics
+    /// If `head` or `tail` is shorter than its piece.
+    pub fn emit_around_payload(
+        &self,
+        head: &mut [u8],
+        tail: &mut [u8],
+        sealer: Option<&Sealer>,
+    ) -> Option<(usize, usize)> {
+        let (Body::Data(symbol) | Body::Repair(symbol)) = &self.body else {
+            return None;
+        };
+        let head_len = HEADER_LEN + SYMBOL_HEADER_LEN;
+        let (flags, tag_len) = match sealer {
+            None => (0, CRC_TAG_LEN),
+            Some(Sealer::Mac(id, _)) => (FLAG_KEYED | (u16::from(*id) << 8), MAC_TAG_LEN),
+            Some(Sealer::Aead(_)) => return None,
+        };
+        let head = &mut head[..head_len];
+        self.emit_header(head, flags);
+        symbol.emit_head(&mut head[HEADER_LEN..]);
+        if let Some(Sealer::Mac(_, key)) = sealer {
+            tail[..MAC_TAG_LEN]
+                .copy_from_slice(&crypto::mac_of_pieces(key, &[head, symbol.payload]));
+        } else {
+            let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+            crc.update(head);
+            crc.update(symbol.payload);
+            let crc = u32::try_from(crc.finalize()).expect("a CRC-32 fits 32 bits");
+            tail[..CRC_TAG_LEN].copy_from_slice(&crc.to_be_bytes());
+        }
+        Some((head_len, tag_len))
+    }
+
     /// Writes header (with `flags`) and plaintext body; returns the length
     /// including the `tag_len` bytes left for the tag.
     fn emit_plain(&self, buf: &mut [u8], flags: u16, tag_len: usize) -> usize {
         let body_len = self.body.len();
         let total = HEADER_LEN + body_len + tag_len;
         let b = &mut buf[..total];
+        self.emit_header(b, flags);
+        let body = &mut b[HEADER_LEN..HEADER_LEN + body_len];
+        match &self.body {
+            Body::Data(s) | Body::Repair(s) => s.emit(body),
+            Body::Beacon(beacon) => beacon.emit(body),
+            Body::Open(meta) => meta.emit(body),
+            Body::Trailer(t) => t.emit(body),
+        }
+        total
+    }
+
+    /// Writes the common header (with `flags`) into `b[..HEADER_LEN]`.
+    fn emit_header(&self, b: &mut [u8], flags: u16) {
+        let body_len = self.body.len();
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.body.kind() as u8;
         b[field::FLAGS].copy_from_slice(&flags.to_be_bytes());
@@ -1206,14 +1268,6 @@ impl<'a> DatagramRepr<'a> {
         b[field::LIFETIME].copy_from_slice(&self.header.lifetime_ms.to_be_bytes());
         let body_len16 = u16::try_from(body_len).expect("body longer than 65535 bytes");
         b[field::BODY_LEN].copy_from_slice(&body_len16.to_be_bytes());
-        let body = &mut b[HEADER_LEN..HEADER_LEN + body_len];
-        match &self.body {
-            Body::Data(s) | Body::Repair(s) => s.emit(body),
-            Body::Beacon(beacon) => beacon.emit(body),
-            Body::Open(meta) => meta.emit(body),
-            Body::Trailer(t) => t.emit(body),
-        }
-        total
     }
 }
 
