@@ -54,14 +54,7 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
             "`-` (stdin) cannot be combined with other paths"
         )));
     }
-    let feed = if udp_listen.is_some() {
-        Feed::Datagrams
-    } else if kafka.is_some() {
-        Feed::Other
-    } else {
-        Feed::Bulk
-    };
-    let (config, udp, more_links) = link_cores(&link, &links, feed, no_gso)?;
+    let (config, udp, more_links) = link_cores(&link, &links, udp_listen.is_some(), no_gso)?;
     let metrics = pick(args.metrics.as_ref(), file.metrics.as_ref());
     let sandbox = crate::sandbox::options(&args.sandbox, &file, &args.link, metrics.is_some())?;
     let input = if let Some(brokers) = kafka {
@@ -120,34 +113,22 @@ pub fn run(args: &SendArgs) -> Result<Exit, Fatal> {
     execute(job, &link, Some((send_policy(&sources, &sandbox), stop)))
 }
 
-/// What feeds a link's core: it decides how many encoded bytes the core
-/// holds before it pushes back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Feed {
-    /// Files, stdin, TCP streams: read as fast as the link takes them.
-    Bulk,
-    /// `--udp-listen`: datagram flows, which wait in their source socket.
-    Datagrams,
-    /// A sync tree, Kafka: the core's default.
-    Other,
-}
-
 /// The core and socket of the first of `links`, and the others as further
-/// links.
+/// links (`datagram_flows`: `--udp-listen`).
 pub(crate) fn link_cores(
     link: &Link,
     links: &[LinkTable],
-    feed: Feed,
+    datagram_flows: bool,
     no_gso: bool,
 ) -> Result<(SenderConfig, UdpConfig, Vec<LinkTarget>), Fatal> {
     let Some(first) = links.first() else {
         return Err(Fatal::config(anyhow!("--to ADDR is required")));
     };
-    let (config, udp) = link_core(link, first, feed, no_gso)?;
+    let (config, udp) = link_core(link, first, datagram_flows, no_gso)?;
     let more = links[1..]
         .iter()
         .map(|l| {
-            link_core(link, l, feed, no_gso).map(|(config, udp)| LinkTarget {
+            link_core(link, l, datagram_flows, no_gso).map(|(config, udp)| LinkTarget {
                 dest: l.to,
                 udp,
                 config,
@@ -157,28 +138,20 @@ pub(crate) fn link_cores(
     Ok((config, udp, more))
 }
 
-/// The core and socket of one link, its buffer sized for `feed`.
+/// The core and socket of one link (`datagram_flows`: `--udp-listen`).
 fn link_core(
     link: &Link,
     l: &LinkTable,
-    feed: Feed,
+    datagram_flows: bool,
     no_gso: bool,
 ) -> Result<(SenderConfig, UdpConfig), Fatal> {
     let mut config = sender_config(link, l.to)?;
-    let group = config.block_bytes() * usize::from(config.interleave_depth);
-    if feed == Feed::Bulk {
-        // Three interleave groups keep the link busy while the next is
-        // read and encoded, and keep what was read in the caches until it
-        // is sent: with 32 MiB the payloads were read back from memory
-        // (at MTU 1500, 1.75 against 1.91 CPU s/GB sent, BENCHMARKS.md).
-        config.buffer_limit = config.buffer_limit.min(3 * group);
-    }
-    if feed == Feed::Datagrams {
+    if datagram_flows {
         // Datagram flows wait in their source socket (sized for the rate),
         // not in the core: the core holds the two interleave groups it
         // needs, so a source faster than the link shows as counted socket
         // drops at once instead of as seconds of queued latency.
-        config.buffer_limit = 2 * group;
+        config.buffer_limit = 2 * config.block_bytes() * usize::from(config.interleave_depth);
     }
     config.validate().map_err(|e| Fatal::config(e.into()))?;
     let mut udp = socket(link, l.bind, l.to, no_gso);
@@ -279,6 +252,3 @@ fn any_addr(like: SocketAddr) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -11,7 +11,6 @@
 use crate::args::SyncArgs;
 use crate::config::{pick, FileConfig, Link};
 use crate::fatal::Fatal;
-use crate::send::{link_cores, Feed};
 use crate::stop::on_signal;
 use anyhow::{anyhow, Context};
 use diodon_apps::gateway::{run_sync, GatewayError, MetricsOptions};
@@ -91,7 +90,7 @@ pub fn run(args: &SyncArgs) -> Result<Exit, Fatal> {
         .map(|l| l.to)
         .context("--to ADDR is required")
         .map_err(Fatal::config)?;
-    let (config, udp, more_links) = link_cores(&link, &links, Feed::Other, no_gso)?;
+    let (config, udp, more_links) = crate::send::link_cores(&link, &links, false, no_gso)?;
     let after_send = pick(args.after_send.as_ref(), file.after_send.as_ref())
         .map(|s| s.parse::<AfterSend>())
         .transpose()
