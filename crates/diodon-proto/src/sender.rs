@@ -472,15 +472,22 @@ impl Piece {
             payload: None,
         }
     }
+
+    /// The datagram's length, all pieces.
+    fn len(&self) -> usize {
+        self.end - self.start + self.payload.map_or(0, |p| p.len)
+    }
 }
 
 /// A symbol's payload in its block: symbol `index` of block `slot` of
-/// group `group` (in `active`, or in `retired` if the batch finished it).
+/// group `group` (in `active`, or in `retired` if the batch finished it),
+/// `len` bytes.
 #[derive(Debug, Clone, Copy)]
 struct PayloadAt {
     group: u64,
     slot: usize,
     index: usize,
+    len: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1208,10 +1215,7 @@ impl Sender {
                 buf.resize(used + len, 0);
             }
             let piece = self.emit(now, next, &mut buf[used..used + len], used);
-            debug_assert_eq!(
-                piece.end - piece.start + piece.payload.map_or(0, |p| self.payload_at(p).len()),
-                len
-            );
+            debug_assert_eq!(piece.len(), len);
             used = piece.end;
             self.pieces.push(piece);
             size += len;
@@ -1382,7 +1386,7 @@ impl Sender {
             }
             Next::Symbol => self.emit_symbol(now, buf, offset),
         };
-        let len = piece.end - piece.start + piece.payload.map_or(0, |p| self.payload_at(p).len());
+        let len = piece.len();
         self.seq += 1;
         self.stats.datagrams_sent += 1;
         self.stats.wire_bytes += len as u64;
@@ -1412,6 +1416,7 @@ impl Sender {
                 Body::Repair(symbol)
             },
         };
+        let symbol_len = b.payload(index).len();
         let sealer = self.sealing.as_ref().map(|s| s.at(now));
         let (head, tail) = buf.split_at_mut(HEADER_LEN + SYMBOL_HEADER_LEN);
         let piece = if let Some((head_len, tag_len)) = repr.emit_around_payload(head, tail, sealer)
@@ -1420,7 +1425,12 @@ impl Sender {
                 start: offset,
                 head_end: offset + head_len,
                 end: offset + head_len + tag_len,
-                payload: Some(PayloadAt { group, slot, index }),
+                payload: Some(PayloadAt {
+                    group,
+                    slot,
+                    index,
+                    len: symbol_len,
+                }),
             }
         } else {
             let len = seal_into(
