@@ -909,9 +909,12 @@ fn a_hundred_thousand_small_files_arrive_in_bounded_memory() {
     }
     let (out, db) = (dir.path().join("out"), dir.path().join("state.sqlite"));
     let rx = link.recv(&out, &["--no-fsync"]);
-    // 300 Mbit/s: on this 2-core machine both sides and the kernel share
-    // the cores; at 1 Gbit/s the sender starves the receiver's writer of
-    // CPU (its socket then drops, counted, and the carousel would repair).
+    // 150 Mbit/s: on this 2-core machine both sides and the kernel share
+    // the cores, and the other tests of this binary run beside this one;
+    // at 1 Gbit/s the sender starves the receiver's writer of CPU, and at
+    // 300 Mbit/s the neighbours once did (in a CI run: a quarter of the
+    // datagrams dropped by the receiver's socket, counted; the message
+    // below says so).
     let tx = link.sync(
         &src,
         &db,
@@ -920,7 +923,7 @@ fn a_hundred_thousand_small_files_arrive_in_bounded_memory() {
             "--passes",
             "1",
             "--rate",
-            "300mbit",
+            "150mbit",
             "--in-flight",
             "64",
         ],
@@ -948,7 +951,11 @@ fn a_hundred_thousand_small_files_arrive_in_bounded_memory() {
         s["send"]["duration_s"].as_f64().unwrap_or(0.0)
     );
     assert_eq!(s["sync"]["files_new"], n, "{}", s["sync"]);
-    assert_eq!(r["mirror"]["verified"], n, "{}", r["mirror"]);
+    assert_eq!(
+        r["mirror"]["verified"], n,
+        "{}; receiver socket {}, bad checks {}",
+        r["mirror"], r["socket"], r["core"]["bad_check"]
+    );
     let got = tree(&out).len() as u64;
     assert_eq!(got, n);
     assert!(tx_rss < 256 * 1024, "sender peak RSS {tx_rss} KiB");
