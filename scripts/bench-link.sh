@@ -6,14 +6,14 @@
 #     raw ceiling:  diodon-blast send (sendmsg + GSO, unpaced) ==> diodon-blast sink (recvmmsg + GRO)
 #                   = UDP payload Mbit/s the sink received (iperf3 cannot run over a diode:
 #                     its control connection needs a return path)
-#     Diodon:       diodon send --rate unlimited --repair 10 FILE ==> diodon recv --out
+#     Diodon:       diodon send --rate RATE --repair 10 FILE ==> diodon recv --rate RATE --out
 #                   = verified goodput (file bytes / first datagram .. verdict), CPU s per GB
 #                     per side (the summaries' cpu_s), receiver socket drops, verdict + SHA-256
 #     testbed.sh down
 #   print a table and append it to BENCHMARKS.md (unless --no-record)
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
-#                              [--loss PCT [--loss-burst LEN]]
+#                              [--loss PCT [--loss-burst LEN]] [--rate RATE]
 #                              [--baseline GIT-REV] [--send-args "ARGS"] [--perf DIR] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
@@ -22,6 +22,8 @@
 # --send-args "ARGS" adds ARGS to every sender's command line, both versions' (e.g.
 # "--block 64" runs this version with the baseline's block size, so the A/B measures the
 # code and not the change of defaults).
+# --rate RATE paces both versions' senders (and sizes the receivers' buffers) at RATE,
+# e.g. "1gbit": what the receiver costs on a link it is not saturated by. Default unlimited.
 # --loss PCT drops PCT % of the link's datagrams at random (testbed.sh --loss), the
 # ceiling's as well as Diodon's; with --loss-burst LEN in bursts of LEN consecutive
 # datagrams (a receive-ring overflow, a lost GSO super-packet).
@@ -40,6 +42,7 @@ MTUS="1500 9000"
 BLAST_SECS=5
 RECORD=yes
 REPAIR=10
+RATE=unlimited
 RUNS=1
 BASELINE=
 SEND_ARGS=
@@ -61,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --no-record) RECORD=no; shift ;;
     --perf) PERF_DIR=${2:?}; shift 2 ;;
     --runs) RUNS=${2:?}; shift 2 ;;
+    --rate) RATE=${2:?}; shift 2 ;;
     --baseline) BASELINE=${2:?}; shift 2 ;;
     --send-args) SEND_ARGS=${2:?}; shift 2 ;;
     --loss) LOSS_ARGS+=(--loss "${2:?}"); shift 2 ;;
@@ -105,7 +109,7 @@ RESULTS="$WORK/results.jsonl"
 # run_diodon LABEL BIN MTU RUN: one verified transfer; appends a JSON line to $RESULTS.
 run_diodon() {
     local label=$1 bin=$2 mtu=$3 run=$4
-    echo "bench-link: MTU $mtu $label run $run: unlimited rate, $REPAIR % repair${SEND_ARGS:+, $SEND_ARGS}" >&2
+    echo "bench-link: MTU $mtu $label run $run: $RATE rate, $REPAIR % repair${SEND_ARGS:+, $SEND_ARGS}" >&2
     rm -rf "$WORK/out"
     # Profiled: this version's first run per MTU (--perf).
     local perf_rx=() perf_tx=()
@@ -113,12 +117,12 @@ run_diodon() {
         perf_rx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-recv.data" --)
         perf_tx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-send.data" --)
     fi
-    "$TB" exec rx "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate unlimited --mtu "$mtu" \
+    "$TB" exec rx "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate "$RATE" --mtu "$mtu" \
         --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local recv_pid=$!
     sleep 0.5
     # shellcheck disable=SC2086 # SEND_ARGS is split into words on purpose
-    "$TB" exec tx "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate unlimited --repair "$REPAIR" \
+    "$TB" exec tx "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate "$RATE" --repair "$REPAIR" \
         --mtu "$mtu" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
     wait "$recv_pid" || true
     if [[ ${#perf_tx[@]} -gt 0 ]]; then
@@ -246,7 +250,7 @@ if [[ $RECORD == yes ]]; then
     BENCH="$ROOT/BENCHMARKS.md"
     HEADING="## End-to-end across the software diode (scripts/bench-link.sh)"
     [[ -f $BENCH ]] || printf '# Benchmarks\n' >"$BENCH"
-    grep -qxF "$HEADING" "$BENCH" || printf '\n%s\n\nRaw ceiling: `diodon-blast` (sendmsg + UDP GSO, unpaced) into a recvmmsg + GRO sink with a 256 MiB buffer, UDP payload Mbit/s received. Diodon: a random file sent at unlimited rate with 10 %% repair, verified goodput from the receiver'"'"'s summary (file bytes from first datagram to verdict, fsync included); CPU from each process'"'"'s summary. Sender and receiver share the cores.\n' "$HEADING" >>"$BENCH"
+    grep -qxF "$HEADING" "$BENCH" || printf '\n%s\n\nRaw ceiling: `diodon-blast` (sendmsg + UDP GSO, unpaced) into a recvmmsg + GRO sink with a 256 MiB buffer, UDP payload Mbit/s received. Diodon: a random file sent at unlimited rate (or --rate) with 10 %% repair, verified goodput from the receiver'"'"'s summary (file bytes from first datagram to verdict, fsync included); CPU from each process'"'"'s summary. Sender and receiver share the cores.\n' "$HEADING" >>"$BENCH"
     ENTRY=$(
         echo
         echo "### $(date -u '+%Y-%m-%d %H:%M UTC') — $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"

@@ -448,6 +448,12 @@ impl RecvBuffer {
         self.meta.len()
     }
 
+    /// Messages it holds at most (its slots). A batch of fewer messages
+    /// emptied the socket.
+    pub fn slots(&self) -> usize {
+        self.buf.len().checked_div(self.slot_size).unwrap_or(0)
+    }
+
     /// The datagrams, in arrival order.
     pub fn iter(&self) -> Datagrams<'_> {
         Datagrams {
