@@ -1238,8 +1238,13 @@ impl Core {
         };
         let gap = next.saturating_duration_since(now);
         if self.input_done || self.pending.is_some() || gap < Duration::from_millis(1) {
-            // Pacing or a full core buffer: only time frees it.
-            self.clock.sleep_until(next);
+            // Pacing or a full core buffer: only time frees it. Sleep without
+            // spinning: the pacer's bucket holds PACING_SLACK (4 ms) of
+            // credit while datagrams wait, so a wake-up a timer slack late
+            // sends what accrued meanwhile and the rate holds; spinning the
+            // last 100 µs before each batch cost a paced sender a sixth of
+            // its CPU (1 Gbit/s: a batch every 384 µs).
+            self.clock.sleep_until_with(next, Duration::ZERO);
             return;
         }
         match input.recv_timeout(gap) {

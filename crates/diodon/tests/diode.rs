@@ -332,6 +332,64 @@ fn a_paced_transfer_is_read_in_batches_not_as_each_datagram_arrives() {
     tb.assert_one_way();
 }
 
+/// Bytes the receiver's interface received so far (its IP packets plus
+/// their Ethernet headers).
+fn rx_link_bytes(tb: &Testbed) -> u64 {
+    let out = tb.cmd("rx", "cat").arg("/proc/net/dev").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            (name.trim() == "rx0").then(|| rest.split_whitespace().next()?.parse().ok())?
+        })
+        .expect("rx0 in /proc/net/dev")
+}
+
+#[test]
+fn a_paced_send_holds_its_rate_within_one_percent_over_every_second() {
+    // The pacer counts each datagram with its IP and UDP headers; the
+    // interface also counts 14 bytes of Ethernet header per packet, so a
+    // full 1500-byte datagram is 1514 bytes here.
+    let Some(tb) = Testbed::up(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("paced.bin");
+    random_file(&src, 200_000_000);
+    let out = dir.path().join("out");
+    let rx = tb.recv(&out, &["--once"]);
+    let tx = tb.send(&[&src], &["--rate", "200mbit"]);
+    let start = std::time::Instant::now();
+    let mut samples = Vec::new();
+    // 200 MB with 10 % repair at 200 Mbit/s: about 8.9 s on the wire.
+    while start.elapsed() < Duration::from_secs(8) {
+        samples.push((std::time::Instant::now(), rx_link_bytes(&tb)));
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let tx = finish(tx, Duration::from_secs(60), "send");
+    let rx = finish(rx, Duration::from_secs(30), "recv");
+    assert_eq!(tx.status.code(), Some(0));
+    assert_eq!(rx.status.code(), Some(0));
+    assert_eq!(sha256(&src), sha256(&out.join("paced.bin")));
+    let want = 200e6 / 8.0 * 1514.0 / 1500.0;
+    // The first second holds the start; every later full second counts.
+    let rates: Vec<f64> = samples[1..]
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1) as f64 / (w[1].0 - w[0].0).as_secs_f64())
+        .collect();
+    let errors: Vec<String> = rates
+        .iter()
+        .map(|r| format!("{:+.2} %", (r / want - 1.0) * 100.0))
+        .collect();
+    eprintln!("rate per second against 200 Mbit/s: {errors:?}");
+    assert!(rates.len() >= 5, "{samples:?}");
+    assert!(
+        rates.iter().all(|r| (r / want - 1.0).abs() < 0.01),
+        "a second off by more than 1 %: {errors:?}"
+    );
+    tb.assert_one_way();
+}
+
 #[test]
 fn bursts_of_64_lost_datagrams_at_1_percent_are_repaired_and_the_file_is_identical() {
     // A receive-ring overflow or a lost GSO super-packet takes out tens of
