@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  Opened ─► path fits PATH_MAX? announced size fits the free space? (else refused, nothing written)
-//!  OUT/.diodon-staging/<random>.part ── Complete (digest verified) ──► fsync, chmod, mtime
+//!  OUT/.diodon-staging/<random>.part   (≥ 1 MiB announced: that size reserved on disk, fallocate)
+//!        │                          ── Complete (digest verified) ──► fsync, chmod, mtime
 //!        │                                                             rename ─► OUT/<name>
 //!        │                                                             fsync(dir)
 //!        ├── disk full (ENOSPC, EDQUOT) ──► partial removed at once, the failure logged
@@ -53,6 +54,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Staging directory under the output directory.
 pub const STAGING: &str = ".diodon-staging";
+/// Files announcing at least this many bytes have their size reserved on
+/// disk when they open (`fallocate`): a disk that cannot hold one refuses
+/// it before its first byte even when other writers fill it meanwhile, and
+/// its writes cost the filesystem less (BENCHMARKS.md). Smaller files keep
+/// the room check alone: one call more per file would cost a tree of
+/// small files more than it saves.
+pub const RESERVE_FROM: u64 = 1 << 20;
 pub use room::SPACE_RESERVE;
 
 /// A file to send.
@@ -453,6 +461,9 @@ struct Staged {
     opened_ms: u64,
     /// A sync file staged in the held area: its key and place.
     held: Option<(String, HeldFile)>,
+    /// Its announced size is reserved on disk ([`RESERVE_FROM`]): the room
+    /// check no longer counts what it still needs.
+    reserved: bool,
 }
 
 /// Writes channels as files under an output directory (see module doc).
@@ -679,7 +690,7 @@ impl FileSink {
         self.room.check(size, || {
             self.open
                 .values()
-                .filter(|s| s.error.is_none())
+                .filter(|s| s.error.is_none() && !s.reserved)
                 .filter_map(|s| s.meta.size.map(|n| n.saturating_sub(s.written)))
                 .sum()
         })
@@ -706,6 +717,7 @@ impl FileSink {
             no_space: false,
             opened_ms: diodon_io::unix_time_ms(),
             held: None,
+            reserved: false,
         };
         let result = if staged.error.is_none() {
             self.prepare(key, &mut staged)
@@ -750,7 +762,11 @@ impl FileSink {
         if self.place_held(key, st)? {
             return Ok(());
         }
-        st.file = Some(create_staging(&st.tmp)?);
+        let file = create_staging(&st.tmp)?;
+        if let Some(size) = st.meta.size.filter(|&n| n >= RESERVE_FROM) {
+            st.reserved = reserve(&file, size)?;
+        }
+        st.file = Some(file);
         Ok(())
     }
 
@@ -874,7 +890,9 @@ impl FileSink {
         match r {
             Ok(()) => {
                 st.written += data.len() as u64;
-                self.room.wrote(data.len() as u64);
+                if !st.reserved {
+                    self.room.wrote(data.len() as u64);
+                }
                 Ok(())
             }
             Err(why) => {
@@ -986,6 +1004,7 @@ impl FileSink {
         digest: &[u8; 32],
     ) -> Result<PathBuf, SinkFailure> {
         let file = st.file.take().ok_or(SinkFailure::NoStagingFile)?;
+        give_back_reserve(st, &file);
         if st.meta.sync.is_some() {
             keep_digest(&file, digest);
         }
@@ -1026,6 +1045,9 @@ impl FileSink {
         why.clone_into(&mut rec.reason);
         self.mirror.failed(&rec);
         self.mirror_stats_sync();
+        if let Some(file) = &st.file {
+            give_back_reserve(&st, file);
+        }
         drop(st.file);
         let stem = st
             .rel
@@ -1142,6 +1164,7 @@ impl Sink for FileSink {
                         no_space: false,
                         opened_ms: 0,
                         held: None,
+                        reserved: false,
                     };
                     Ok(Some(self.quarantine(key, st, &why)))
                 }
@@ -1164,6 +1187,28 @@ fn create_staging(path: &Path) -> Result<File, SinkFailure> {
     // A filesystem without locks only loses that protection.
     let _ = diodon_io::fs::try_lock(&file);
     Ok(file)
+}
+
+/// Reserves a staging file's announced size on disk (see [`RESERVE_FROM`]):
+/// `Ok(true)` when reserved, `Ok(false)` on a filesystem that cannot (its
+/// writes decide, as before), a no-space failure when the room is not there.
+fn reserve(file: &File, size: u64) -> Result<bool, SinkFailure> {
+    match diodon_io::fs::reserve(file, size) {
+        Ok(()) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) => {
+            Err(SinkFailure::file(FileOp::Reserve)(e))
+        }
+        Err(_) => Ok(false),
+    }
+}
+
+/// Gives back the blocks reserved beyond what a staging file holds (a
+/// file that ended short, before the quarantine keeps its bytes). Best
+/// effort: the reservation goes with the file at the latest.
+fn give_back_reserve(st: &Staged, file: &File) {
+    if st.reserved && st.meta.size.is_some_and(|n| n > st.written) {
+        let _ = file.set_len(st.written);
+    }
 }
 
 /// Whether a live receiver holds the staging file at `path` (its lock).

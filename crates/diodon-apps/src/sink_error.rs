@@ -63,6 +63,8 @@ pub enum Refusal {
 pub enum FileOp {
     /// Creating the staging file.
     CreateStaging,
+    /// Reserving the announced size on disk.
+    Reserve,
     /// Writing to the staging file.
     Write,
     /// fsync before the rename.
@@ -79,6 +81,7 @@ impl fmt::Display for FileOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             FileOp::CreateStaging => "cannot create staging file",
+            FileOp::Reserve => "cannot reserve the announced size",
             FileOp::Write => "write",
             FileOp::Fsync => "fsync",
             FileOp::Chmod => "chmod",

@@ -15,11 +15,14 @@
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
-use diodon_apps::files::{FileSink, FileSinkOptions, QUARANTINE, STAGING};
+use diodon_apps::files::{
+    FileSink, FileSinkOptions, QuarantineBytes, QuarantineLimits, QUARANTINE, RESERVE_FROM, STAGING,
+};
 use diodon_apps::{ChannelKey, ChannelOutcome, Sink, SinkEvent, Verdict};
 use diodon_proto::{ChannelId, ChannelMeta, FailReason, SessionId};
 use diodon_testkit::{require_root, SmallFs};
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -229,44 +232,38 @@ fn a_stream_that_fills_the_disk_frees_its_space_and_the_next_file_is_delivered()
 }
 
 #[test]
-fn a_file_overtaken_by_other_writes_frees_its_space_and_the_next_file_is_delivered() {
+fn a_small_file_overtaken_by_other_writes_frees_its_space_and_the_next_file_is_delivered() {
     let Some(tmp) = Tmpfs::mount(8) else { return };
     let out = tmp.fs.path().join("out");
     let mut sink = sink(&out);
     let a = key(1);
+    let size = 900 * 1024;
+    assert!(
+        size < RESERVE_FROM,
+        "a file too small to have its room reserved"
+    );
     sink.handle(SinkEvent::Opened {
         key: a,
-        meta: ChannelMeta::file("a.bin", 5 * MIB as u64),
+        meta: ChannelMeta::file("a.bin", size),
     })
-    .expect("5 MiB fits on an empty 8 MiB disk");
-    let mut offset = 0;
-    for _ in 0..2 {
-        sink.handle(SinkEvent::Data {
+    .expect("900 KiB fits on an empty 8 MiB disk");
+    sink.handle(SinkEvent::Data {
+        key: a,
+        offset: 0,
+        data: bytes(MIB / 2, 4),
+    })
+    .unwrap();
+    // Someone else fills the disk up to its last 256 KiB.
+    let other = tmp.fs.path().join("other-writer");
+    let free = diodon_io::fs::space(tmp.fs.path()).unwrap().available;
+    fs::write(&other, vec![1u8; (free - 256 * 1024) as usize]).unwrap();
+    let failure = sink
+        .handle(SinkEvent::Data {
             key: a,
-            offset,
-            data: bytes(MIB, 4),
+            offset: (MIB / 2) as u64,
+            data: bytes(size as usize - MIB / 2, 4),
         })
-        .unwrap();
-        offset += MIB as u64;
-    }
-    // Someone else fills most of the rest of the disk.
-    fs::write(tmp.fs.path().join("other-writer"), vec![1u8; 5 * MIB]).unwrap();
-    let mut failure = None;
-    for _ in 0..3 {
-        match sink.handle(SinkEvent::Data {
-            key: a,
-            offset,
-            data: bytes(MIB, 4),
-        }) {
-            Ok(None) => offset += MIB as u64,
-            Ok(Some(o)) => panic!("unexpected outcome {o:?}"),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
-    }
-    let failure = failure.expect("the disk filled up under a.bin");
+        .expect_err("the disk filled up under a.bin");
     assert!(staging_is_empty(&out), "a.bin's partial is removed at once");
     let failed = fail(&mut sink, a, failure.why);
     assert!(
@@ -277,8 +274,158 @@ fn a_file_overtaken_by_other_writes_frees_its_space_and_the_next_file_is_deliver
     assert_eq!(data, 0);
     assert!(reasons.iter().all(|r| r.1 > 0), "{reasons:?}");
 
+    // The other writer gives 3 MiB back: the next file that fits arrives.
+    fs::File::options()
+        .write(true)
+        .open(&other)
+        .unwrap()
+        .set_len(free - 256 * 1024 - 3 * MIB as u64)
+        .unwrap();
     let small = bytes(3 * MIB / 2, 5);
     let ok = deliver(&mut sink, key(2), "small.bin", &small);
     assert!(matches!(ok.verdict, Verdict::Verified { .. }), "{ok:?}");
     assert_eq!(fs::read(out.join("small.bin")).unwrap(), small);
+}
+
+/// Bytes the staging file of the one open channel occupies on disk.
+fn staged_blocks(out: &Path) -> u64 {
+    let entries: Vec<_> = fs::read_dir(out.join(STAGING)).unwrap().collect();
+    assert_eq!(entries.len(), 1, "one staging file");
+    entries[0].as_ref().unwrap().metadata().unwrap().blocks() * 512
+}
+
+#[test]
+fn a_large_file_keeps_the_room_it_reserved_when_another_writer_fills_the_disk() {
+    let Some(tmp) = Tmpfs::mount(8) else { return };
+    let out = tmp.fs.path().join("out");
+    let mut sink = sink(&out);
+    let a = key(1);
+    let data = bytes(5 * MIB, 6);
+    sink.handle(SinkEvent::Opened {
+        key: a,
+        meta: ChannelMeta::file("a.bin", data.len() as u64),
+    })
+    .expect("5 MiB fits on an empty 8 MiB disk");
+    assert!(
+        staged_blocks(&out) >= data.len() as u64,
+        "the announced size is on disk before the first byte"
+    );
+    let (head, tail) = data.split_at(2 * MIB);
+    sink.handle(SinkEvent::Data {
+        key: a,
+        offset: 0,
+        data: head.to_vec(),
+    })
+    .unwrap();
+    // Someone else tries to take 5 MiB: only what a.bin did not reserve.
+    let other = fs::write(tmp.fs.path().join("other-writer"), vec![1u8; 5 * MIB]);
+    let full = other.expect_err("the disk has 3 MiB that a.bin did not reserve");
+    assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    sink.handle(SinkEvent::Data {
+        key: a,
+        offset: head.len() as u64,
+        data: tail.to_vec(),
+    })
+    .expect("a.bin writes into the room it reserved");
+    let ok = sink
+        .handle(SinkEvent::Complete {
+            key: a,
+            bytes: data.len() as u64,
+            digest: *blake3::hash(&data).as_bytes(),
+        })
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ok.verdict, Verdict::Verified { .. }), "{ok:?}");
+    assert_eq!(fs::read(out.join("a.bin")).unwrap(), data);
+}
+
+#[test]
+fn a_reserved_file_is_not_counted_twice_when_the_next_one_opens() {
+    let Some(tmp) = Tmpfs::mount(8) else { return };
+    let out = tmp.fs.path().join("out");
+    let mut sink = sink(&out);
+    let a = bytes(3 * MIB, 7);
+    sink.handle(SinkEvent::Opened {
+        key: key(1),
+        meta: ChannelMeta::file("a.bin", a.len() as u64),
+    })
+    .unwrap();
+    // Past the second the sink trusts its own estimate: the filesystem is
+    // asked, and its free space already lacks a.bin's reserved 3 MiB. With
+    // a.bin counted again as still to come, 3.5 MiB would not fit.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let b = bytes(7 * MIB / 2, 8);
+    let b_out = deliver(&mut sink, key(2), "b.bin", &b);
+    assert!(
+        matches!(b_out.verdict, Verdict::Verified { .. }),
+        "{b_out:?}"
+    );
+    for (i, chunk) in a.chunks(MIB).enumerate() {
+        sink.handle(SinkEvent::Data {
+            key: key(1),
+            offset: (i * MIB) as u64,
+            data: chunk.to_vec(),
+        })
+        .unwrap();
+    }
+    let a_out = sink
+        .handle(SinkEvent::Complete {
+            key: key(1),
+            bytes: a.len() as u64,
+            digest: *blake3::hash(&a).as_bytes(),
+        })
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(a_out.verdict, Verdict::Verified { .. }),
+        "{a_out:?}"
+    );
+    assert_eq!(fs::read(out.join("a.bin")).unwrap(), a);
+    assert_eq!(fs::read(out.join("b.bin")).unwrap(), b);
+}
+
+#[test]
+fn a_failed_file_gives_back_its_reserved_room_and_the_quarantine_keeps_only_its_bytes() {
+    let Some(tmp) = Tmpfs::mount(8) else { return };
+    let out = tmp.fs.path().join("out");
+    let opts = FileSinkOptions {
+        fsync: false,
+        quarantine: QuarantineLimits {
+            max_bytes: QuarantineBytes::Bytes(4 * MIB as u64),
+            ..QuarantineLimits::default()
+        },
+        ..FileSinkOptions::default()
+    };
+    let mut sink = FileSink::new(&out, &opts, Arc::default()).unwrap();
+    let a = key(1);
+    sink.handle(SinkEvent::Opened {
+        key: a,
+        meta: ChannelMeta::file("a.bin", 6 * MIB as u64),
+    })
+    .unwrap();
+    sink.handle(SinkEvent::Data {
+        key: a,
+        offset: 0,
+        data: bytes(MIB, 9),
+    })
+    .unwrap();
+    let before = diodon_io::fs::space(tmp.fs.path()).unwrap().available;
+    assert!(
+        before <= 2 * MIB as u64,
+        "6 MiB reserved: {before} bytes free"
+    );
+    let failed = fail(&mut sink, a, diodon_apps::SinkFailure::NoStagingFile);
+    assert!(reason_of(&failed).contains("no staging file"), "{failed:?}");
+    let (data, _) = quarantine(&out);
+    assert_eq!(data, MIB as u64, "the quarantine keeps the 1 MiB received");
+    let kept: u64 = fs::read_dir(out.join(QUARANTINE))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().blocks() * 512)
+        .sum();
+    assert!(kept < 2 * MIB as u64, "{kept} bytes on disk for 1 MiB kept");
+    let after = diodon_io::fs::space(tmp.fs.path()).unwrap().available;
+    assert!(
+        after >= 6 * MIB as u64,
+        "the 5 MiB reserved and not received are free again: {after}"
+    );
 }

@@ -94,6 +94,7 @@ impl FileSink {
             no_space: false,
             opened_ms,
             held: None,
+            reserved: false,
         };
         let blake3 = hex::encode(e.digest);
         let rel = match rel {
