@@ -287,7 +287,10 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<u64, SourceFileErro
         aligned: false,
         sync: None,
     };
-    let token = handle.open(cm)?;
+    // The file is hashed here, block by block as it is read (in this
+    // thread's cache), not on the core thread.
+    let token = handle.open_digested(cm)?;
+    let mut hasher = blake3::Hasher::new();
     loop {
         let buf = match read_chunk(&mut file, handle.chunk()) {
             Ok(buf) => buf,
@@ -301,12 +304,13 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<u64, SourceFileErro
         if n == 0 {
             break;
         }
+        hasher.update(&buf);
         handle.data(token, buf)?;
         if n < handle.chunk() {
             break;
         }
     }
-    handle.finish(token)?;
+    handle.finish_digested(token, *hasher.finalize().as_bytes())?;
     Ok(token)
 }
 

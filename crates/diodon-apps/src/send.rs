@@ -48,6 +48,9 @@ pub enum SourceMsg {
         token: u64,
         /// Metadata announced to the receiver.
         meta: ChannelMeta,
+        /// The source hashes the bytes itself and gives the digest with
+        /// `Finish` ([`SourceHandle::open_digested`]).
+        digested: bool,
     },
     /// Bytes of the channel, in order.
     Data {
@@ -69,6 +72,9 @@ pub enum SourceMsg {
     Finish {
         /// Channel token.
         token: u64,
+        /// BLAKE3 of every byte, from a source that opened the channel
+        /// with [`SourceHandle::open_digested`].
+        digest: Option<[u8; 32]>,
     },
     /// The source failed (read error, connection reset): the receiver fails
     /// the channel.
@@ -120,12 +126,29 @@ impl SourceHandle {
     /// Announces a channel and returns its token. With several links, the
     /// stable hash of the channel's name picks its link among those up.
     pub fn open(&self, meta: ChannelMeta) -> Result<u64, Closed> {
-        let link = if self.links.len() == 1 {
+        let link = self.link_of(&meta);
+        self.open_on(meta, link, false)
+    }
+
+    /// The link a channel takes: the stable hash of its name picks it
+    /// among those up.
+    fn link_of(&self, meta: &ChannelMeta) -> usize {
+        if self.links.len() == 1 {
             0
         } else {
             crate::multilink::pick(meta.name.as_bytes(), self.links.len(), |i| self.is_up(i))
-        };
-        self.open_on(meta, link)
+        }
+    }
+
+    /// [`SourceHandle::open`] for a source that hashes what it sends (BLAKE3
+    /// of every byte, in order: a file source hashes each block as it
+    /// reads it, on its own thread, while the block is in its cache) and
+    /// ends the channel with [`SourceHandle::finish_digested`]. The core
+    /// thread, which encodes and sends every byte of every channel, then
+    /// does not hash them too.
+    pub fn open_digested(&self, meta: ChannelMeta) -> Result<u64, Closed> {
+        let link = self.link_of(&meta);
+        self.open_on(meta, link, true)
     }
 
     /// Announces a channel of the flow `key` (the segments of one Kafka
@@ -139,7 +162,7 @@ impl SourceHandle {
             let mut flows = self.flows.lock().map_err(|_| Closed)?;
             flows.pick(key, self.links.len(), |i| self.is_up(i))
         };
-        self.open_on(meta, link)
+        self.open_on(meta, link, false)
     }
 
     fn is_up(&self, link: usize) -> bool {
@@ -147,12 +170,16 @@ impl SourceHandle {
     }
 
     /// Announces a channel on link number `link`.
-    fn open_on(&self, meta: ChannelMeta, link: usize) -> Result<u64, Closed> {
+    fn open_on(&self, meta: ChannelMeta, link: usize, digested: bool) -> Result<u64, Closed> {
         let n = self.links.len() as u64;
         let token = self.tokens.fetch_add(1, Ordering::Relaxed) * n + link as u64;
         self.links[link]
             .tx
-            .send(SourceMsg::Open { token, meta })
+            .send(SourceMsg::Open {
+                token,
+                meta,
+                digested,
+            })
             .map_err(|_| Closed)?;
         Ok(token)
     }
@@ -189,7 +216,21 @@ impl SourceHandle {
     /// Ends the channel.
     pub fn finish(&self, token: u64) -> Result<(), Closed> {
         self.tx(token)
-            .send(SourceMsg::Finish { token })
+            .send(SourceMsg::Finish {
+                token,
+                digest: None,
+            })
+            .map_err(|_| Closed)
+    }
+
+    /// Ends a channel opened with [`SourceHandle::open_digested`]: `digest`
+    /// is the BLAKE3 of every byte sent on it.
+    pub fn finish_digested(&self, token: u64, digest: [u8; 32]) -> Result<(), Closed> {
+        self.tx(token)
+            .send(SourceMsg::Finish {
+                token,
+                digest: Some(digest),
+            })
             .map_err(|_| Closed)
     }
 
@@ -916,7 +957,11 @@ impl Core {
 
     fn handle(&mut self, now: diodon_proto::Timestamp, msg: SourceMsg) {
         match msg {
-            SourceMsg::Open { token, meta } => {
+            SourceMsg::Open {
+                token,
+                meta,
+                digested,
+            } => {
                 let name = meta.name.clone();
                 // A channel that reaches a link while it is down fails as
                 // aborted (a sync sends the file again later), not refused.
@@ -931,6 +976,10 @@ impl Core {
                         );
                         Err(SentStatus::Aborted)
                     }
+                    _ if digested => self.sender.open_channel_digested(meta).map_err(|e| {
+                        tracing::error!(name = %name, "channel refused: {e}");
+                        SentStatus::Refused(e.to_string())
+                    }),
                     _ => self.sender.open_channel(meta).map_err(|e| {
                         tracing::error!(name = %name, "channel refused: {e}");
                         SentStatus::Refused(e.to_string())
@@ -986,9 +1035,13 @@ impl Core {
                     });
                 }
             }
-            SourceMsg::Finish { token } => {
+            SourceMsg::Finish { token, digest } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.remove(&token) {
-                    if let Err(e) = self.sender.finish(now, id) {
+                    let finished = match digest {
+                        Some(d) => self.sender.finish_digested(now, id, d),
+                        None => self.sender.finish(now, id),
+                    };
+                    if let Err(e) = finished {
                         tracing::warn!(channel = %id, "finish: {e}");
                     }
                 }

@@ -264,6 +264,13 @@ pub enum SendError {
     /// ([`ChannelMeta::check`]); the receiver would refuse the channel.
     #[error("channel metadata refused: {0}")]
     BadMeta(&'static str),
+    /// `finish` on a channel whose writer gives the digest
+    /// ([`Sender::open_channel_digested`]).
+    #[error("channel {0} takes its digest from its writer: finish it with that digest")]
+    DigestMissing(ChannelId),
+    /// `finish_digested` on a channel that hashes its own bytes.
+    #[error("channel {0} hashes its own bytes: it takes no digest at finish")]
+    DigestNotTaken(ChannelId),
     /// A record longer than a record can be (65,535 bytes), or, on an
     /// aligned channel, longer than a block.
     #[error("record of {len} bytes does not fit (at most {max})")]
@@ -327,7 +334,10 @@ struct ChannelTx {
     pending_since: Option<Timestamp>,
     next_block: u64,
     total_len: u64,
-    hasher: blake3::Hasher,
+    /// The digest as the bytes come in; `None` when the writer computes it
+    /// and gives it at `finish_digested` (then in `given_digest`).
+    hasher: Option<blake3::Hasher>,
+    given_digest: Option<[u8; 32]>,
     finishing: bool,
     /// Groups cut but not fully sent.
     groups_in_flight: usize,
@@ -750,7 +760,23 @@ impl Sender {
     /// A channel with sync information is block-stable (its
     /// [`crate::wire::SyncInfo::block_bytes`] is set here to this sender's
     /// block size): it is cut only in whole blocks until `finish`.
-    pub fn open_channel(&mut self, mut meta: ChannelMeta) -> Result<ChannelId, SendError> {
+    pub fn open_channel(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
+        self.open(meta, true)
+    }
+
+    /// Opens a channel whose writer computes its digest (BLAKE3 of every
+    /// byte it writes, in order) and gives it at
+    /// [`Sender::finish_digested`]: the hashing then runs where the writer
+    /// runs (a file source hashes each block as it reads it, on its own
+    /// thread, while the bytes are in its cache), not on the thread that
+    /// drives this core. A wrong digest fails the file at the receiver.
+    /// For byte writes only: records are framed here, so a record
+    /// channel's writer cannot know its bytes.
+    pub fn open_channel_digested(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
+        self.open(meta, false)
+    }
+
+    fn open(&mut self, mut meta: ChannelMeta, hash_here: bool) -> Result<ChannelId, SendError> {
         meta.check().map_err(SendError::BadMeta)?;
         let block_bytes = u32::try_from(self.config.block_bytes())
             .map_err(|_| SendError::BadMeta("block larger than 4 GiB"))?;
@@ -783,7 +809,8 @@ impl Sender {
                 pending_since: None,
                 next_block: 0,
                 total_len: 0,
-                hasher: blake3::Hasher::new(),
+                hasher: hash_here.then(blake3::Hasher::new),
+                given_digest: None,
                 finishing: false,
                 groups_in_flight: 0,
                 blocks_sent: 0,
@@ -848,7 +875,9 @@ impl Sender {
             self.append(now, channel, &[&data]);
             return Ok(None);
         }
-        ch.hasher.update(&data);
+        if let Some(h) = &mut ch.hasher {
+            h.update(&data);
+        }
         ch.total_len += data.len() as u64;
         self.buffered += data.len();
         self.stats.bytes_accepted += data.len() as u64;
@@ -940,7 +969,9 @@ impl Sender {
         ch.untake();
         let mut n = 0;
         for p in parts {
-            ch.hasher.update(p);
+            if let Some(h) = &mut ch.hasher {
+                h.update(p);
+            }
             n += p.len();
         }
         ch.total_len += n as u64;
@@ -993,11 +1024,38 @@ impl Sender {
 
     /// No more bytes: cut the rest, then the trailer follows the last symbol.
     pub fn finish(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
+        self.finish_with(now, channel, None)
+    }
+
+    /// [`Sender::finish`] for a channel opened with
+    /// [`Sender::open_channel_digested`]: `digest` is the BLAKE3 of every
+    /// byte written to it, and goes out in its trailer.
+    pub fn finish_digested(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        digest: [u8; 32],
+    ) -> Result<(), SendError> {
+        self.finish_with(now, channel, Some(digest))
+    }
+
+    fn finish_with(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        digest: Option<[u8; 32]>,
+    ) -> Result<(), SendError> {
         let ch = self
             .channels
             .get_mut(&channel)
             .filter(|c| !c.finishing)
             .ok_or(SendError::NotOpen(channel))?;
+        match (&ch.hasher, digest) {
+            (None, None) => return Err(SendError::DigestMissing(channel)),
+            (Some(_), Some(_)) => return Err(SendError::DigestNotTaken(channel)),
+            _ => {}
+        }
+        ch.given_digest = digest;
         ch.finishing = true;
         self.cut_groups(channel, now, true);
         self.maybe_queue_trailer(channel, now);
@@ -1504,7 +1562,10 @@ impl Sender {
             return;
         };
         self.flush_due.set(channel, None);
-        let digest = *ch.hasher.finalize().as_bytes();
+        let digest = match &ch.hasher {
+            Some(h) => *h.finalize().as_bytes(),
+            None => ch.given_digest.unwrap_or_default(),
+        };
         self.queue_control(
             channel,
             ControlBody::Trailer(TrailerRepr {

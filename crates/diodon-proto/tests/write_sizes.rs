@@ -261,3 +261,79 @@ fn a_transmit_buffer_full_of_old_bytes_gives_the_same_datagrams() {
         }
     }
 }
+
+/// Every datagram of a session whose writer hashes `data` itself
+/// (`open_channel_digested`), hands it over block by block with a byte
+/// write at the end, and finishes with `digest` (its true digest when
+/// `None`).
+fn wire_digested(data: &[u8], digest: Option<[u8; 32]>) -> Vec<Vec<u8>> {
+    let start = Timestamp::ZERO;
+    let mut tx = Sender::new(config(), SessionId(42), start).unwrap();
+    let ch = tx
+        .open_channel_digested(ChannelMeta::stream("cuts"))
+        .unwrap();
+    let block = tx.config().block_bytes();
+    let mut hasher = blake3::Hasher::new();
+    for piece in data.chunks(block) {
+        hasher.update(piece);
+        if piece.len() == block {
+            assert!(tx.write_block(start, ch, piece.to_vec()).unwrap().is_none());
+        } else {
+            assert_eq!(tx.write(start, ch, piece).unwrap(), piece.len());
+        }
+    }
+    assert!(
+        matches!(
+            tx.finish(start, ch),
+            Err(diodon_proto::SendError::DigestMissing(_))
+        ),
+        "a channel whose writer hashes cannot finish without the digest"
+    );
+    let digest = digest.unwrap_or(*hasher.finalize().as_bytes());
+    tx.finish_digested(start, ch, digest).unwrap();
+    let mut out = Vec::new();
+    run(&mut tx, start, None, &mut out);
+    out
+}
+
+#[test]
+fn a_digest_given_by_the_writer_gives_the_same_wire_as_the_cores_own() {
+    let block = config().block_bytes();
+    let group = block * usize::from(config().interleave_depth);
+    let data = payload(17, 3 * group + 2 * block + 77);
+    let whole = wire(&data, || usize::MAX);
+    let given = wire_digested(&data, None);
+    assert_eq!(given.len(), whole.len(), "datagram count");
+    for (i, (a, b)) in given.iter().zip(&whole).enumerate() {
+        assert!(a == b, "datagram {i} differs");
+    }
+    // The core that hashes its own bytes takes no digest at finish.
+    let mut tx = Sender::new(config(), SessionId(42), Timestamp::ZERO).unwrap();
+    let ch = tx.open_channel(ChannelMeta::stream("own")).unwrap();
+    assert!(matches!(
+        tx.finish_digested(Timestamp::ZERO, ch, [0; 32]),
+        Err(diodon_proto::SendError::DigestNotTaken(_))
+    ));
+}
+
+#[test]
+fn a_wrong_digest_from_the_writer_fails_the_channel_at_the_receiver() {
+    let block = config().block_bytes();
+    let data = payload(19, 5 * block + 5);
+    let mut wrong = *blake3::hash(&data).as_bytes();
+    wrong[0] ^= 1;
+    let mut rx =
+        diodon_proto::Receiver::new(diodon_proto::ReceiverConfig::default(), Timestamp::ZERO);
+    for d in wire_digested(&data, Some(wrong)) {
+        rx.handle_datagram(Timestamp::ZERO, &d);
+    }
+    let mut verdicts = Vec::new();
+    while let Some(ev) = rx.poll_event() {
+        match ev {
+            diodon_proto::Event::ChannelComplete { .. } => verdicts.push("complete".to_owned()),
+            diodon_proto::Event::ChannelFailed { reason, .. } => verdicts.push(reason.to_string()),
+            _ => {}
+        }
+    }
+    assert_eq!(verdicts, ["digest mismatch"]);
+}

@@ -255,9 +255,11 @@ fn send_one(
             block_bytes: 0,
         }),
     };
-    let Ok(token) = handle.open(cm) else {
+    // Hashed here as it is read, not on the core thread.
+    let Ok(token) = handle.open_digested(cm) else {
         return ReadResult::Closed;
     };
+    let mut hasher = blake3::Hasher::new();
     if inbox
         .send(Inbox::Started {
             token,
@@ -281,6 +283,7 @@ fn send_one(
             break;
         }
         total += n as u64;
+        hasher.update(&buf);
         if handle.data(token, buf).is_err() {
             return ReadResult::Closed;
         }
@@ -291,7 +294,10 @@ fn send_one(
     let after = file.metadata().map(|m| stat_row(job, &m));
     match after {
         Ok(a) if same_version(&a, row) && total == row.size => {
-            if handle.finish(token).is_err() {
+            if handle
+                .finish_digested(token, *hasher.finalize().as_bytes())
+                .is_err()
+            {
                 return ReadResult::Closed;
             }
             ReadResult::Finished

@@ -287,7 +287,7 @@ mod tests {
         let mut tokens = std::collections::BTreeMap::new();
         while let Ok(m) = rx.try_recv() {
             match m {
-                SourceMsg::Open { token, meta } => {
+                SourceMsg::Open { token, meta, .. } => {
                     assert_eq!(meta.kind, ChannelKind::Datagrams);
                     tokens.insert(token, meta.name.clone());
                     names.push(meta.name);
