@@ -29,24 +29,30 @@ use std::time::Duration;
 /// Sends `input` (stdin) as one stream channel called `name`.
 pub fn send_reader(mut input: impl Read, name: &str, handle: &SourceHandle) -> io::Result<u64> {
     let token = handle
-        .open(ChannelMeta::stream(name))
+        .open_digested(ChannelMeta::stream(name))
         .map_err(io::Error::other)?;
     pump(&mut input, token, handle)
 }
 
-/// Copies `input` into channel `token` until EOF (finish) or an error (abort).
+/// Copies `input` into channel `token` (opened with `open_digested`) until
+/// EOF (finish, with the digest hashed here as the bytes came) or an error
+/// (abort).
 fn pump(input: &mut impl Read, token: u64, handle: &SourceHandle) -> io::Result<u64> {
     let mut total = 0u64;
+    let mut hasher = blake3::Hasher::new();
     loop {
         let mut buf = vec![0u8; CHUNK];
         match input.read(&mut buf) {
             Ok(0) => {
-                handle.finish(token).map_err(io::Error::other)?;
+                handle
+                    .finish_digested(token, *hasher.finalize().as_bytes())
+                    .map_err(io::Error::other)?;
                 return Ok(total);
             }
             Ok(n) => {
                 buf.truncate(n);
                 total += n as u64;
+                hasher.update(&buf);
                 handle.data(token, buf).map_err(io::Error::other)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -76,7 +82,7 @@ pub fn serve_tcp(
                     .spawn(move || {
                         let name = format!("tcp:{peer}");
                         tracing::info!(%peer, "connection accepted");
-                        match handle.open(ChannelMeta::stream(name)) {
+                        match handle.open_digested(ChannelMeta::stream(name)) {
                             Ok(token) => {
                                 let mut conn = conn;
                                 match pump(&mut conn, token, &handle) {
