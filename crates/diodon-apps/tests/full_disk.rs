@@ -80,14 +80,24 @@ fn deliver(sink: &mut FileSink, k: ChannelKey, name: &str, data: &[u8]) -> Chann
         meta: ChannelMeta::file(name, data.len() as u64),
     })
     .unwrap();
+    write_at(sink, k, 0, data);
+    complete(sink, k, data)
+}
+
+/// Writes `data` at `offset` of channel `k`, 256 KiB at a time.
+fn write_at(sink: &mut FileSink, k: ChannelKey, offset: usize, data: &[u8]) {
     for (i, chunk) in data.chunks(256 * 1024).enumerate() {
         sink.handle(SinkEvent::Data {
             key: k,
-            offset: (i * 256 * 1024) as u64,
+            offset: (offset + i * 256 * 1024) as u64,
             data: chunk.to_vec(),
         })
         .unwrap();
     }
+}
+
+/// The core's verdict that channel `k`, holding `data`, is complete.
+fn complete(sink: &mut FileSink, k: ChannelKey, data: &[u8]) -> ChannelOutcome {
     sink.handle(SinkEvent::Complete {
         key: k,
         bytes: data.len() as u64,
@@ -311,30 +321,14 @@ fn a_large_file_keeps_the_room_it_reserved_when_another_writer_fills_the_disk() 
         "the announced size is on disk before the first byte"
     );
     let (head, tail) = data.split_at(2 * MIB);
-    sink.handle(SinkEvent::Data {
-        key: a,
-        offset: 0,
-        data: head.to_vec(),
-    })
-    .unwrap();
+    write_at(&mut sink, a, 0, head);
     // Someone else tries to take 5 MiB: only what a.bin did not reserve.
     let other = fs::write(tmp.fs.path().join("other-writer"), vec![1u8; 5 * MIB]);
     let full = other.expect_err("the disk has 3 MiB that a.bin did not reserve");
     assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
-    sink.handle(SinkEvent::Data {
-        key: a,
-        offset: head.len() as u64,
-        data: tail.to_vec(),
-    })
-    .expect("a.bin writes into the room it reserved");
-    let ok = sink
-        .handle(SinkEvent::Complete {
-            key: a,
-            bytes: data.len() as u64,
-            digest: *blake3::hash(&data).as_bytes(),
-        })
-        .unwrap()
-        .unwrap();
+    // a.bin writes into the room it reserved.
+    write_at(&mut sink, a, head.len(), tail);
+    let ok = complete(&mut sink, a, &data);
     assert!(matches!(ok.verdict, Verdict::Verified { .. }), "{ok:?}");
     assert_eq!(fs::read(out.join("a.bin")).unwrap(), data);
 }
@@ -360,22 +354,8 @@ fn a_reserved_file_is_not_counted_twice_when_the_next_one_opens() {
         matches!(b_out.verdict, Verdict::Verified { .. }),
         "{b_out:?}"
     );
-    for (i, chunk) in a.chunks(MIB).enumerate() {
-        sink.handle(SinkEvent::Data {
-            key: key(1),
-            offset: (i * MIB) as u64,
-            data: chunk.to_vec(),
-        })
-        .unwrap();
-    }
-    let a_out = sink
-        .handle(SinkEvent::Complete {
-            key: key(1),
-            bytes: a.len() as u64,
-            digest: *blake3::hash(&a).as_bytes(),
-        })
-        .unwrap()
-        .unwrap();
+    write_at(&mut sink, key(1), 0, &a);
+    let a_out = complete(&mut sink, key(1), &a);
     assert!(
         matches!(a_out.verdict, Verdict::Verified { .. }),
         "{a_out:?}"
