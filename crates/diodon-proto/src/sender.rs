@@ -271,6 +271,11 @@ pub enum SendError {
     /// `finish_digested` on a channel that hashes its own bytes.
     #[error("channel {0} hashes its own bytes: it takes no digest at finish")]
     DigestNotTaken(ChannelId),
+    /// `write_record` on a channel whose writer gives the digest: records
+    /// are framed (and maybe padded) here, so its writer cannot hash the
+    /// bytes that go out.
+    #[error("channel {0} takes its digest from its writer: it takes bytes, not records")]
+    RecordsNeedOwnDigest(ChannelId),
     /// A record longer than a record can be (65,535 bytes), or, on an
     /// aligned channel, longer than a block.
     #[error("record of {len} bytes does not fit (at most {max})")]
@@ -771,7 +776,8 @@ impl Sender {
     /// thread, while the bytes are in its cache), not on the thread that
     /// drives this core. A wrong digest fails the file at the receiver.
     /// For byte writes only: records are framed here, so a record
-    /// channel's writer cannot know its bytes.
+    /// channel's writer cannot know its bytes (`write_record` on such a
+    /// channel is refused).
     pub fn open_channel_digested(&mut self, meta: ChannelMeta) -> Result<ChannelId, SendError> {
         self.open(meta, false)
     }
@@ -913,6 +919,9 @@ impl Sender {
             .get_mut(&channel)
             .filter(|c| !c.finishing)
             .ok_or(SendError::NotOpen(channel))?;
+        if ch.hasher.is_none() {
+            return Err(SendError::RecordsNeedOwnDigest(channel));
+        }
         ch.untake();
         let need = crate::records::framed_len(payload.len());
         let max = if ch.aligned {

@@ -314,6 +314,14 @@ fn a_digest_given_by_the_writer_gives_the_same_wire_as_the_cores_own() {
         tx.finish_digested(Timestamp::ZERO, ch, [0; 32]),
         Err(diodon_proto::SendError::DigestNotTaken(_))
     ));
+    // Records are framed by the core: their writer cannot hash them.
+    let given = tx
+        .open_channel_digested(ChannelMeta::stream("records"))
+        .unwrap();
+    assert!(matches!(
+        tx.write_record(Timestamp::ZERO, given, b"a record"),
+        Err(diodon_proto::SendError::RecordsNeedOwnDigest(_))
+    ));
 }
 
 #[test]
