@@ -292,7 +292,7 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<u64, SourceFileErro
     let token = handle.open_digested(cm)?;
     let mut hasher = blake3::Hasher::new();
     loop {
-        let buf = match read_chunk(&mut file, handle.chunk()) {
+        let buf = match read_chunk(&mut file, handle.block_buffer(), handle.chunk()) {
             Ok(buf) => buf,
             Err(e) => {
                 let e = SourceFileError::Read(e);
@@ -314,11 +314,13 @@ fn send_one(f: &SourceFile, handle: &SourceHandle) -> Result<u64, SourceFileErro
     Ok(token)
 }
 
-/// Reads up to `max` bytes (fewer only at EOF) into a new buffer. The buffer
-/// is not zeroed first: the kernel writes straight into its spare capacity
+/// Reads up to `max` bytes (fewer only at EOF) into `buf`, emptied first
+/// (a spare block buffer, `SourceHandle::block_buffer`, or a new one). The
+/// buffer is not zeroed: the kernel writes straight into its capacity
 /// (zeroing a chunk per read cost as much as the copy itself).
-pub fn read_chunk(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::with_capacity(max);
+pub fn read_chunk(r: &mut impl Read, mut buf: Vec<u8>, max: usize) -> io::Result<Vec<u8>> {
+    buf.clear();
+    buf.reserve_exact(max);
     r.take(max as u64).read_to_end(&mut buf)?;
     Ok(buf)
 }
@@ -1307,8 +1309,9 @@ mod tests {
     fn read_chunk_fills_the_chunk_and_is_short_only_at_the_end() {
         let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
         let mut pipe = Trickle(&data, false);
+        // A spare buffer comes back with its old bytes: none of them stays.
         let chunks: Vec<Vec<u8>> = (0..4)
-            .map(|_| read_chunk(&mut pipe, 400).unwrap())
+            .map(|_| read_chunk(&mut pipe, vec![0xEE; 450], 400).unwrap())
             .collect();
         let lens: Vec<usize> = chunks.iter().map(Vec::len).collect();
         assert_eq!(lens, [400, 400, 200, 0]);

@@ -15,6 +15,12 @@
 //! of one source keep their order. When every handle is dropped and the core
 //! is idle, the thread lingers a few beacons (so the receiver sees the final
 //! channel table) and returns its [`SendReport`].
+//!
+//! A block's buffer goes round: a reader fills it ([`SourceHandle::block_buffer`]),
+//! the core takes it over as the block, and once the block's group went
+//! out the core thread puts it back among the spare buffers (at most
+//! [`SPARE_BLOCKS`], one set per process) for the next read. A fresh buffer
+//! per block had the kernel fault in and zero its pages on every read.
 
 use crate::key_file::KeyReload;
 use crate::multilink::{Change, Flows, LinkHealth, LinkWatch};
@@ -38,6 +44,26 @@ use std::time::Duration;
 /// core hashes and cuts (encodes) what it takes; taking a whole 8 MiB core
 /// buffer at once delayed the first datagram of a file by ~65 ms.
 const INGEST_BUDGET: usize = 1 << 20;
+
+/// Block buffers kept between the core threads, which are done with them,
+/// and the readers, which fill them again: at most this many (per process).
+pub const SPARE_BLOCKS: usize = 8;
+
+static SPARES: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Moves the core's spare block buffers to the readers' spares, up to
+/// [`SPARE_BLOCKS`].
+fn keep_spare_blocks(sender: &mut Sender) {
+    let Ok(mut spares) = SPARES.lock() else {
+        return;
+    };
+    while spares.len() < SPARE_BLOCKS {
+        match sender.spare_block() {
+            Some(b) => spares.push(b),
+            None => break,
+        }
+    }
+}
 
 /// What a source tells the core thread.
 #[derive(Debug)]
@@ -121,6 +147,22 @@ impl SourceHandle {
     /// [`CHUNK`].
     pub fn chunk(&self) -> usize {
         self.chunk
+    }
+
+    /// An empty buffer for the next [`SourceHandle::chunk`] bytes a reader
+    /// reads: a block buffer the core is done with when there is one (its
+    /// pages are mapped already), else a new one.
+    pub fn block_buffer(&self) -> Vec<u8> {
+        let chunk = self.chunk;
+        let fits = |b: &Vec<u8>| b.capacity() >= chunk && b.capacity() <= 2 * chunk;
+        SPARES
+            .lock()
+            .ok()
+            .and_then(|mut spares| {
+                let i = spares.iter().rposition(fits)?;
+                Some(spares.swap_remove(i))
+            })
+            .unwrap_or_else(|| Vec::with_capacity(chunk))
     }
 
     /// Announces a channel and returns its token. With several links, the
@@ -1127,6 +1169,7 @@ impl Core {
             .udp
             .send_pieces(self.dest, &pieces, 3, transmit.segment_len());
         drop(pieces);
+        keep_spare_blocks(&mut self.sender);
         let report = match (sent, &mut self.link) {
             (Ok(r), _) => r,
             (Err(e), Some(watch)) if path_failure(&e) => {

@@ -60,15 +60,19 @@ impl BufferPool {
 
     /// A free buffer of capacity `len ..= 2 × len` (or a new one).
     fn take_fitting(&mut self, len: usize) -> Vec<u8> {
+        self.take_kept(len)
+            .unwrap_or_else(|| Vec::with_capacity(len))
+    }
+
+    /// A kept buffer of capacity `len ..= 2 × len`, emptied; `None` when
+    /// none is kept (never allocates).
+    pub fn take_kept(&mut self, len: usize) -> Option<Vec<u8>> {
         let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= 2 * len.max(4096);
-        match self.free.iter().rposition(fits) {
-            Some(i) => {
-                let v = self.free.swap_remove(i);
-                self.bytes -= v.capacity();
-                v
-            }
-            None => Vec::with_capacity(len),
-        }
+        let i = self.free.iter().rposition(fits)?;
+        let mut v = self.free.swap_remove(i);
+        self.bytes -= v.capacity();
+        v.clear();
+        Some(v)
     }
 
     /// Returns a buffer for reuse.

@@ -1031,6 +1031,15 @@ impl Sender {
         Ok(())
     }
 
+    /// An empty buffer of a full block's capacity that the core is done
+    /// with (its group went out), for a reader to fill with a later block
+    /// and hand back with [`Sender::write_block`]: a file read into memory
+    /// already mapped costs no page faults (a fresh buffer per block cost
+    /// the sender 8 % of its CPU at MTU 9000). `None` when none is free.
+    pub fn spare_block(&mut self) -> Option<Vec<u8>> {
+        self.pool.take_kept(self.config.block_bytes())
+    }
+
     /// No more bytes: cut the rest, then the trailer follows the last symbol.
     pub fn finish(&mut self, now: Timestamp, channel: ChannelId) -> Result<(), SendError> {
         self.finish_with(now, channel, None)

@@ -345,3 +345,33 @@ fn a_wrong_digest_from_the_writer_fails_the_channel_at_the_receiver() {
     }
     assert_eq!(verdicts, ["digest mismatch"]);
 }
+
+#[test]
+fn blocks_that_went_out_come_back_as_spare_buffers_for_the_next_reads() {
+    let block = config().block_bytes();
+    let data = payload(23, 4 * block);
+    let mut tx = Sender::new(config(), SessionId(42), Timestamp::ZERO).unwrap();
+    let ch = tx.open_channel(ChannelMeta::stream("spare")).unwrap();
+    assert!(tx.spare_block().is_none(), "nothing went out yet");
+    let mut handed = Vec::new();
+    for piece in data.chunks(block) {
+        let buf = piece.to_vec();
+        handed.push(buf.as_ptr());
+        assert!(tx.write_block(Timestamp::ZERO, ch, buf).unwrap().is_none());
+    }
+    tx.finish(Timestamp::ZERO, ch).unwrap();
+    let mut out = Vec::new();
+    run(&mut tx, Timestamp::ZERO, None, &mut out);
+    let mut spare = Vec::new();
+    while let Some(b) = tx.spare_block() {
+        assert!(b.is_empty(), "handed out empty");
+        assert!(b.capacity() >= block, "room for a whole block");
+        spare.push(b.as_ptr());
+    }
+    assert!(
+        handed.iter().all(|p| spare.contains(p)),
+        "every block handed over came back: {} of {}",
+        handed.iter().filter(|p| spare.contains(p)).count(),
+        handed.len()
+    );
+}

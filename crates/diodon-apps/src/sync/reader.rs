@@ -271,7 +271,7 @@ fn send_one(
     }
     let mut total = 0u64;
     loop {
-        let buf = match read_chunk(&mut file, handle.chunk()) {
+        let buf = match read_chunk(&mut file, handle.block_buffer(), handle.chunk()) {
             Ok(buf) => buf,
             Err(e) => {
                 let _ = handle.abort(token, format!("read: {e}"));
