@@ -64,14 +64,13 @@ impl BufferPool {
             .unwrap_or_else(|| Vec::with_capacity(len))
     }
 
-    /// A kept buffer of capacity `len ..= 2 × len`, emptied; `None` when
-    /// none is kept (never allocates).
+    /// A kept buffer of capacity `len ..= 2 × len`, with what its last
+    /// user left in it; `None` when none is kept (never allocates).
     pub fn take_kept(&mut self, len: usize) -> Option<Vec<u8>> {
         let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= 2 * len.max(4096);
         let i = self.free.iter().rposition(fits)?;
-        let mut v = self.free.swap_remove(i);
+        let v = self.free.swap_remove(i);
         self.bytes -= v.capacity();
-        v.clear();
         Some(v)
     }
 

@@ -1037,7 +1037,9 @@ impl Sender {
     /// already mapped costs no page faults (a fresh buffer per block cost
     /// the sender 8 % of its CPU at MTU 9000). `None` when none is free.
     pub fn spare_block(&mut self) -> Option<Vec<u8>> {
-        self.pool.take_kept(self.config.block_bytes())
+        let mut block = self.pool.take_kept(self.config.block_bytes())?;
+        block.clear();
+        Some(block)
     }
 
     /// No more bytes: cut the rest, then the trailer follows the last symbol.
