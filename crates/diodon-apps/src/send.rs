@@ -30,6 +30,7 @@ use diodon_io::{
     BatchSender, MonotonicClock, SenderCounters, SetupWarning, UdpConfig, UdpError,
     MAX_GSO_SEGMENTS,
 };
+use diodon_proto::pool::BufferPool;
 use diodon_proto::{
     ChannelId, ChannelMeta, Sender, SenderConfig, SenderEvent, SenderStats, SessionId,
 };
@@ -37,7 +38,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 /// Bytes the core thread takes from its sources before it sends again. The
@@ -49,7 +50,8 @@ const INGEST_BUDGET: usize = 1 << 20;
 /// and the readers, which fill them again: at most this many (per process).
 pub const SPARE_BLOCKS: usize = 8;
 
-static SPARES: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+static SPARES: LazyLock<Mutex<BufferPool>> =
+    LazyLock::new(|| Mutex::new(BufferPool::new(SPARE_BLOCKS)));
 
 /// Moves the core's spare block buffers to the readers' spares, up to
 /// [`SPARE_BLOCKS`].
@@ -57,9 +59,9 @@ fn keep_spare_blocks(sender: &mut Sender) {
     let Ok(mut spares) = SPARES.lock() else {
         return;
     };
-    while spares.len() < SPARE_BLOCKS {
+    while !spares.is_full() {
         match sender.spare_block() {
-            Some(b) => spares.push(b),
+            Some(b) => spares.put(b),
             None => break,
         }
     }
@@ -153,16 +155,8 @@ impl SourceHandle {
     /// reads: a block buffer the core is done with when there is one (its
     /// pages are mapped already), else a new one.
     pub fn block_buffer(&self) -> Vec<u8> {
-        let chunk = self.chunk;
-        let fits = |b: &Vec<u8>| b.capacity() >= chunk && b.capacity() <= 2 * chunk;
-        SPARES
-            .lock()
-            .ok()
-            .and_then(|mut spares| {
-                let i = spares.iter().rposition(fits)?;
-                Some(spares.swap_remove(i))
-            })
-            .unwrap_or_else(|| Vec::with_capacity(chunk))
+        let spare = SPARES.lock().ok().and_then(|mut s| s.take_kept(self.chunk));
+        spare.unwrap_or_else(|| Vec::with_capacity(self.chunk))
     }
 
     /// Announces a channel and returns its token. With several links, the

@@ -87,6 +87,11 @@ impl BufferPool {
     pub fn kept_bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Whether it keeps as many buffers as it may.
+    pub fn is_full(&self) -> bool {
+        self.free.len() >= self.max
+    }
 }
 
 #[cfg(test)]
