@@ -297,9 +297,12 @@ fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, i64)> {
 fn assert_mirrored(src: &Path, out: &Path) {
     let a = tree(src.parent().unwrap());
     let b = tree(out);
-    let names_a: Vec<&String> = a.keys().collect();
-    let names_b: Vec<&String> = b.keys().collect();
-    assert_eq!(names_a, names_b, "the receiver's tree has other names");
+    let only_src: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+    let only_out: Vec<&String> = b.keys().filter(|k| !a.contains_key(*k)).collect();
+    assert!(
+        only_src.is_empty() && only_out.is_empty(),
+        "the receiver's tree has other names: missing {only_src:?}, extra {only_out:?}"
+    );
     for (k, (bytes, mtime)) in &a {
         assert!(b[k].0 == *bytes, "{k}: other bytes");
         assert_eq!(b[k].1, *mtime, "{k}: other mtime");
@@ -535,7 +538,11 @@ fn the_carousel_repairs_what_fec_could_not() {
     // their block in a pass; with five passes every file ends verified.
     // Each file is one full block (`--block 16`): a shorter block would be
     // sized by the loss model at the design loss and survive 10 % (PROTOCOL.md
-    // "Block sizes and repair"), and the test would prove nothing.
+    // "Block sizes and repair"), and the test would prove nothing. Each file
+    // goes in its own channel in every pass (`--bundle 0`): a first pass of
+    // 1 MB bundles of 46 such blocks fails nearly whole at 10 % loss, which
+    // left four passes, not five, and a file missing in one run of several
+    // hundred (seen in CI).
     let Some(link) = Link::diode("the_carousel_repairs_what_fec_could_not", &["--loss", "10"])
     else {
         return;
@@ -556,7 +563,8 @@ fn the_carousel_repairs_what_fec_could_not() {
             &src,
             &db,
             &[
-                "--once", "--passes", "5", "--block", "16", "--repair", "25", "--rate", "300mbit",
+                "--once", "--passes", "5", "--block", "16", "--repair", "25", "--bundle", "0",
+                "--rate", "300mbit",
             ],
         ),
         Duration::from_secs(120),
@@ -576,16 +584,22 @@ fn the_carousel_repairs_what_fec_could_not() {
         !failed.is_empty(),
         "no file failed a pass: the test proves nothing"
     );
-    assert_mirrored(&src, &out);
     // Which pass completed each file: some needed more than one.
     let mut by_pass = BTreeMap::new();
     for r in recs.iter().filter(|r| r["verdict"] == "verified") {
         *by_pass.entry(r["pass"].as_u64().unwrap()).or_insert(0) += 1;
     }
+    let mut failed_by_pass = BTreeMap::new();
+    for r in &failed {
+        *failed_by_pass
+            .entry(r["pass"].as_u64().unwrap())
+            .or_insert(0) += 1;
+    }
     eprintln!(
-        "{} pass failures; files verified by pass: {by_pass:?}",
+        "{} pass failures (by pass {failed_by_pass:?}); files verified by pass: {by_pass:?}",
         failed.len()
     );
+    assert_mirrored(&src, &out);
     assert!(by_pass.keys().any(|&p| p > 1), "{by_pass:?}");
     assert_eq!(by_pass.values().sum::<u64>(), 300, "{by_pass:?}");
 }
@@ -1044,7 +1058,8 @@ fn a_large_file_no_single_pass_delivers_is_merged_across_passes() {
             &src,
             &db,
             &[
-                "--once", "--passes", "5", "--block", "16", "--repair", "25", "--rate", "300mbit",
+                "--once", "--passes", "5", "--block", "16", "--repair", "25", "--bundle", "0",
+                "--rate", "300mbit",
             ],
         ),
         Duration::from_secs(120),
