@@ -25,6 +25,7 @@
 //! [`outcome`] (channel keys and verdicts), [`names`] (channel-name
 //! sanitizer), [`outdir`] (directories under the output folder, never
 //! through a symlink), [`sink_error`] (why a sink refuses or gives up a channel),
+//! [`fec_kernel`] (the CPU's GFNI multiply-add handed to the codec),
 //! [`files`] (file source and the staging/verify/rename sink),
 //! [`quarantine`] (the bounded folder where failed files leave a record),
 //! [`mirror`] (a sync receiver: files already present, manifests, the
@@ -50,6 +51,7 @@
 
 pub mod agent;
 pub mod deltat;
+pub mod fec_kernel;
 pub mod files;
 pub mod frames_out;
 pub mod gateway;

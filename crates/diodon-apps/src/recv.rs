@@ -692,8 +692,12 @@ impl Decoder {
             start,
             unix_time_ms(),
         );
+        let mut core = Receiver::new(opts.config.clone(), start);
+        if let Some(kernel) = crate::fec_kernel::best() {
+            core.use_kernel(kernel);
+        }
         Decoder {
-            core: Receiver::new(opts.config.clone(), start),
+            core,
             clock,
             session: None,
             ev_tx,

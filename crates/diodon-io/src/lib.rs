@@ -36,6 +36,8 @@
 //! - [`netns`]: move the calling thread into a named network namespace.
 //! - [`child`]: child processes that die with their parent (`PR_SET_PDEATHSIG`).
 //! - [`fs`]: size and free room of the filesystem under a path (`fstatvfs`).
+//! - [`gfni`]: a GF(2)-linear map applied to 16-bit elements with the
+//!   CPU's GFNI instructions (found at run time), for the codec's sums.
 //! - [`memory`]: glibc malloc's arenas, limited for buffers that change threads.
 //! - [`sandbox`]: the process restricting itself (user, capabilities,
 //!   `no_new_privs`, Landlock, seccomp); what to allow is the caller's choice.
@@ -44,6 +46,7 @@ pub mod child;
 pub mod clock;
 pub mod counters;
 pub mod fs;
+pub mod gfni;
 pub mod memory;
 pub mod netns;
 pub mod packet;

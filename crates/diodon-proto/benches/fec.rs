@@ -6,15 +6,18 @@
 //! repair symbol lost, so the cost per block (locating the erasures), not
 //! the cost per byte, is what differs between decoders. `fec/losses` is
 //! the decode of a default block by the number of source symbols lost: the
-//! direct sum up to its limit (`fec::direct`), the transforms past it.
+//! direct sum up to its limit (`fec::direct`), the transforms past it;
+//! ", gfni" is the same decode with the CPU's GFNI kernel that receivers
+//! hand the codec where the CPU has it (`diodon_io::gfni`).
 #![allow(missing_docs)]
 
 use criterion::measurement::WallTime;
 use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
 };
-use diodon_proto::fec::{ErasureCode, ReedSolomon};
+use diodon_proto::fec::{ErasureCode, KernelMap, ReedSolomon, SumKernel};
 use std::hint::black_box;
+use std::sync::Arc;
 
 /// Benches decoding `data` with the source symbols `present` says are
 /// missing, from `repair`, as `id` in `group`, and checks that the decode
@@ -118,30 +121,61 @@ fn default_block(c: &mut Criterion) {
     group.finish();
 }
 
+/// `diodon-io`'s GFNI multiply-add as the codec's kernel, as the
+/// receiver's driver hands it over (`diodon_apps::fec_kernel`).
+struct Gfni(diodon_io::gfni::Gfni);
+
+impl SumKernel for Gfni {
+    fn prepare(&self, images: &[u16; 16]) -> KernelMap {
+        KernelMap(diodon_io::gfni::Split16Map::from_images(images).into_words())
+    }
+
+    fn mul_add(&self, dst: &mut [[u8; 64]], src: &[[u8; 64]], map: &KernelMap) {
+        self.0
+            .mul_add(dst, src, &diodon_io::gfni::Split16Map::from_words(map.0));
+    }
+}
+
 fn losses(c: &mut Criterion) {
-    let shard = 1452usize;
     let mut group = c.benchmark_group("fec/losses");
     group.sample_size(20);
-    for (k, m) in [(224usize, 23usize), (448, 45)] {
+    let gfni = diodon_io::gfni::Gfni::detect().map(|g| Arc::new(Gfni(g)) as Arc<dyn SumKernel>);
+    for (k, m, shard) in [
+        (224usize, 23usize, 1452usize),
+        (448, 45, 1452),
+        (192, 20, 8918),
+    ] {
         let data: Vec<u8> = (0..k * shard).map(|i| (i * 11 + i / 239) as u8).collect();
-        let mut rs = ReedSolomon::new();
         let mut parity = vec![0u8; m * shard];
-        rs.encode(k, m, shard, &data, &mut parity).expect("encode");
+        ReedSolomon::new()
+            .encode(k, m, shard, &data, &mut parity)
+            .expect("encode");
         let repair_shards: Vec<(usize, &[u8])> = parity.chunks(shard).enumerate().collect();
         group.throughput(Throughput::Bytes((k * shard) as u64));
-        for lost in [1usize, 2, 4, 6, 8, 12, 16] {
-            let present: Vec<bool> = (0..k)
-                .map(|i| i % (k / lost) != 7 || i / (k / lost) >= lost)
-                .collect();
-            bench_decode(
-                &mut group,
-                BenchmarkId::from_parameter(format!("decode {k}+{m}, {lost} lost")),
-                &mut rs,
-                (k, m, shard),
-                &data,
-                &present,
-                &repair_shards,
-            );
+        for (kernel, name) in [(None, ""), (gfni.clone(), ", gfni")] {
+            if name == ", gfni" && kernel.is_none() {
+                continue;
+            }
+            let mut rs = ReedSolomon::new();
+            if let Some(kernel) = kernel {
+                rs.use_kernel(kernel);
+            }
+            for lost in [1usize, 2, 4, 6, 8, 12, 16] {
+                let present: Vec<bool> = (0..k)
+                    .map(|i| i % (k / lost) != 7 || i / (k / lost) >= lost)
+                    .collect();
+                bench_decode(
+                    &mut group,
+                    BenchmarkId::from_parameter(format!(
+                        "decode {k}+{m} of {shard} B, {lost} lost{name}"
+                    )),
+                    &mut rs,
+                    (k, m, shard),
+                    &data,
+                    &present,
+                    &repair_shards,
+                );
+            }
         }
     }
     group.finish();

@@ -12,7 +12,9 @@
 //! FFT Reed–Solomon over GF(2^16): O(n log n), up to 32768 + 32768 shards,
 //! shard length L even). Its decoder runs on [`locator::ErasureLocator`],
 //! the library's engine with the erasure locator computed at a cost that
-//! follows the erasures instead of the field's size.
+//! follows the erasures instead of the field's size. A driver may hand it a
+//! [`SumKernel`] (a platform instruction set the core cannot hold itself)
+//! for the sums of the direct decoder.
 
 mod direct;
 mod locator;
@@ -21,6 +23,7 @@ use direct::DirectSolver;
 
 use locator::ErasureLocator;
 use reed_solomon_simd::rate::{DefaultRateDecoder, RateDecoder};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why encoding or decoding failed.
@@ -47,6 +50,56 @@ pub enum FecError {
     /// The underlying library refused (a bug if reached).
     #[error("erasure code failure: {0}")]
     Internal(String),
+}
+
+/// A linear map of 16-bit elements in a kernel's own form (made by
+/// [`SumKernel::prepare`], read only by the same kernel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelMap(pub [u64; 4]);
+
+/// `dst ^= M · src` over shards in the library's layout (64-byte chunks of
+/// 32 elements: their 32 low bytes, then their 32 high bytes), with
+/// instructions the core may not use itself: a driver hands one in
+/// ([`ReedSolomon::use_kernel`]) and the direct decoder then takes each of
+/// its products in one pass, read straight from the received symbol.
+pub trait SumKernel: Send + Sync {
+    /// The kernel's form of the GF(2)-linear map that sends input bit `b`
+    /// (bit 0 the low byte's lowest) to `images[b]`.
+    fn prepare(&self, images: &[u16; 16]) -> KernelMap;
+    /// `dst[c] ^= map · src[c]` for every chunk; both have the same length.
+    fn mul_add(&self, dst: &mut [[u8; 64]], src: &[[u8; 64]], map: &KernelMap);
+}
+
+/// [`SumKernel`] by its definition, one element and one bit at a time: the
+/// kernel a platform kernel must match byte for byte (it is far slower
+/// than the library's multiply and is meant for tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReferenceKernel;
+
+impl SumKernel for ReferenceKernel {
+    fn prepare(&self, images: &[u16; 16]) -> KernelMap {
+        let word = |q: usize| {
+            (0..4).fold(0u64, |acc, j| {
+                acc | u64::from(images[4 * q + j]) << (16 * j)
+            })
+        };
+        KernelMap([word(0), word(1), word(2), word(3)])
+    }
+
+    fn mul_add(&self, dst: &mut [[u8; 64]], src: &[[u8; 64]], map: &KernelMap) {
+        assert_eq!(dst.len(), src.len(), "chunks to add and chunks added");
+        let image = |b: usize| (map.0[b / 4] >> (16 * (b % 4))) as u16;
+        for (out, input) in dst.iter_mut().zip(src) {
+            for e in 0..32 {
+                let x = u16::from(input[e]) | u16::from(input[32 + e]) << 8;
+                let y = (0..16)
+                    .filter(|b| x >> b & 1 == 1)
+                    .fold(0u16, |acc, b| acc ^ image(b));
+                out[e] ^= y as u8;
+                out[32 + e] ^= (y >> 8) as u8;
+            }
+        }
+    }
 }
 
 /// A systematic erasure code.
@@ -82,6 +135,7 @@ pub struct ReedSolomon {
     encoder: Option<reed_solomon_simd::ReedSolomonEncoder>,
     decoder: Option<DefaultRateDecoder<ErasureLocator>>,
     direct: Option<DirectSolver>,
+    kernel: Option<Arc<dyn SumKernel>>,
 }
 
 impl std::fmt::Debug for ReedSolomon {
@@ -94,6 +148,12 @@ impl ReedSolomon {
     /// A fresh codec.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Takes the direct decoder's sums with `kernel` from now on (the
+    /// result is the same byte for byte; only the cost differs).
+    pub fn use_kernel(&mut self, kernel: Arc<dyn SumKernel>) {
+        self.kernel = Some(kernel);
     }
 
     /// Whether `(k, m)` is supported (m may be 0: no coding needed).
@@ -186,12 +246,13 @@ impl ErasureCode for ReedSolomon {
             return Err(FecError::Unsupported { k, m, shard_len });
         }
         check_repair(m, shard_len, repair)?;
-        if DirectSolver::cheaper(k, m, k - have) {
+        if DirectSolver::cheaper(k, m, k - have, self.kernel.is_some()) {
             self.direct.get_or_insert_with(DirectSolver::new).restore(
                 (k, m, shard_len),
                 data,
                 present,
                 repair,
+                self.kernel.as_deref(),
             );
             return Ok(());
         }

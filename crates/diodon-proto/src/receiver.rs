@@ -779,6 +779,12 @@ pub struct Receiver {
 }
 
 impl Receiver {
+    /// Takes the decoder's sums with a driver's platform kernel (see
+    /// [`crate::fec::SumKernel`]): the same bytes, at less cost.
+    pub fn use_kernel(&mut self, kernel: Arc<dyn crate::fec::SumKernel>) {
+        self.fec.use_kernel(kernel);
+    }
+
     /// A receiver waiting for its first session, started at `now`.
     pub fn new(config: ReceiverConfig, now: Timestamp) -> Self {
         let mut timers = TimerTable::default();
