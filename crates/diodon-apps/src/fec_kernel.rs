@@ -27,6 +27,11 @@ pub fn best() -> Option<Arc<dyn SumKernel>> {
     Gfni::detect().map(|g| Arc::new(GfniSums(g)) as Arc<dyn SumKernel>)
 }
 
+/// What the decoder's sums run on here, for the receiver's start line.
+pub fn describe() -> &'static str {
+    Gfni::detect().map_or("the codec library's multiply (no GFNI)", Gfni::describe)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -423,7 +423,13 @@ pub fn run_receiver_on<S: Sink>(
     stop: &Arc<AtomicBool>,
 ) -> Result<RecvReport, PipelineError> {
     let setup = udp.setup().clone();
-    tracing::info!(local = %setup.local, rcvbuf = setup.rcvbuf, gro = setup.gro, "receiver listening");
+    tracing::info!(
+        local = %setup.local,
+        rcvbuf = setup.rcvbuf,
+        gro = setup.gro,
+        decode = crate::fec_kernel::describe(),
+        "receiver listening"
+    );
     for w in &setup.warnings {
         tracing::warn!("{w}");
     }

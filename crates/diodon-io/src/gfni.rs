@@ -88,6 +88,14 @@ impl Gfni {
         None
     }
 
+    /// The instructions it runs on, for a log line.
+    pub fn describe(self) -> &'static str {
+        match self.0 {
+            Width::Zmm => "GFNI on AVX-512",
+            Width::Ymm => "GFNI on AVX2",
+        }
+    }
+
     /// This kernel on the narrower registers (AVX2), to compare the two.
     #[must_use]
     pub fn narrow(self) -> Gfni {

@@ -292,6 +292,19 @@ fn lossy_link_file_is_identical_and_repaired() {
         "FEC must have repaired: {s}"
     );
     assert_eq!(s["channels_complete"], 1);
+    // The receiver decoded on what this CPU has: GFNI where it has it.
+    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    let decode = match (has("gfni"), has("avx512f"), has("avx2")) {
+        (true, true, _) => "GFNI on AVX-512",
+        (true, false, true) => "GFNI on AVX2",
+        _ => "the codec library's multiply (no GFNI)",
+    };
+    let log = String::from_utf8_lossy(&rx.stderr);
+    assert!(
+        log.contains(&format!("decode=\"{decode}\"")),
+        "the receiver's start line names {decode:?}: {log}"
+    );
     tb.assert_one_way();
 }
 
