@@ -275,7 +275,8 @@ fn seal_encrypted(data: &[u8], ring: &KeyRing) -> Option<Vec<u8>> {
 /// Derives a code from the first bytes (k, m, shard length, erasures), fills
 /// a block from the rest, encodes it, erases symbols and decodes: with at
 /// most `m` erasures the source must come back bit-exact; with more the
-/// decoder must say `NotEnough`, never return garbage.
+/// decoder must say `NotEnough`, never return garbage. A codec given a
+/// sum kernel decodes the same.
 pub fn fec(data: &[u8]) {
     let mut input = Input::new(data);
     let k = 1 + usize::from(input.byte() % 64);
@@ -316,7 +317,23 @@ pub fn fec(data: &[u8]) {
     let mut scratch = vec![0u8; shard_len];
     rs.encode(1, 1, shard_len, &source[..shard_len], &mut scratch)
         .expect("a (1, 1) code is always supported");
+    // The same decode with a driver's kernel (by its definition): the same
+    // verdict and, on success, the same bytes.
+    let mut with_kernel = ReedSolomon::new();
+    with_kernel.use_kernel(std::sync::Arc::new(crate::fec::ReferenceKernel));
+    let mut damaged_too = damaged.clone();
+    let result_too = with_kernel.decode(k, m, shard_len, &mut damaged_too, &present, &kept);
     let result = rs.decode(k, m, shard_len, &mut damaged, &present, &kept);
+    assert_eq!(
+        result, result_too,
+        "k={k} m={m} lost={lost}: the kernel's verdict"
+    );
+    if result.is_ok() {
+        assert!(
+            damaged == damaged_too,
+            "k={k} m={m} lost={lost}: the kernel's bytes"
+        );
+    }
     if lost <= m {
         assert_eq!(result, Ok(()), "k={k} m={m} L={shard_len} lost={lost}");
         assert!(
