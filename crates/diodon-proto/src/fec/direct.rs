@@ -27,7 +27,7 @@
 //! received symbol (its multiply by a constant given as the images of the
 //! 16 bits), instead of a copy, a multiply in place and an add.
 
-use super::SumKernel;
+use super::kernel::SumKernel;
 use reed_solomon_simd::engine::{tables, DefaultEngine, Engine, GfElement, GF_MODULUS};
 
 /// Shard products per 4 transform butterflies at which the direct sum
