@@ -1,7 +1,8 @@
-//! The codec's platform kernel: `diodon-io`'s GFNI multiply-add handed to
-//! the protocol core as its [`SumKernel`] (the core holds no platform code,
-//! so the drivers bring it). On a CPU without GFNI the core keeps the
-//! library's multiply; the bytes restored are the same either way.
+//! The codec's platform kernel: `diodon-io`'s GFNI multiply-add and
+//! butterflies handed to the protocol core as its [`SumKernel`] (the core
+//! holds no platform code, so the drivers bring it). On a CPU without GFNI
+//! the core keeps the library's engine; the bytes encoded and restored are
+//! the same either way.
 
 use diodon_io::gfni::{Gfni, Split16Map};
 use diodon_proto::fec::{KernelMap, SumKernel};
@@ -19,15 +20,25 @@ impl SumKernel for GfniSums {
     fn mul_add(&self, dst: &mut [[u8; 64]], src: &[[u8; 64]], map: &KernelMap) {
         self.0.mul_add(dst, src, &Split16Map::from_words(map.0));
     }
+
+    fn butterfly(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        self.0.butterfly(x, y, &Split16Map::from_words(map.0));
+    }
+
+    fn butterfly_inverse(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        self.0
+            .butterfly_inverse(x, y, &Split16Map::from_words(map.0));
+    }
 }
 
-/// The fastest sum kernel this CPU runs, if any is faster than the core's
-/// own.
+/// The fastest kernel this CPU runs for the codec's sums and transforms,
+/// if any is faster than the library's engine.
 pub fn best() -> Option<Arc<dyn SumKernel>> {
     Gfni::detect().map(|g| Arc::new(GfniSums(g)) as Arc<dyn SumKernel>)
 }
 
-/// What the decoder's sums run on here, for the receiver's start line.
+/// What the codec's multiplies run on here, for the sender's and the
+/// receiver's start lines.
 pub fn describe() -> &'static str {
     Gfni::detect().map_or("the codec library's multiply (no GFNI)", Gfni::describe)
 }
@@ -38,7 +49,7 @@ mod tests {
     use diodon_proto::fec::{ErasureCode, ReedSolomon, ReferenceKernel};
 
     #[test]
-    fn the_cpu_kernel_restores_what_the_reference_and_the_library_restore() {
+    fn the_cpu_kernel_encodes_and_restores_what_the_reference_and_the_library_do() {
         let Some(kernel) = best() else {
             eprintln!("this CPU has no GFNI: the library's multiply is used");
             return;
@@ -50,13 +61,29 @@ mod tests {
             x ^= x << 17;
             (x % n as u64) as usize
         };
-        for (k, m, len) in [(224, 23, 1418), (192, 20, 8918), (16, 4, 1418), (10, 4, 66)] {
+        for (k, m, len) in [
+            (224, 23, 1418),
+            (192, 20, 8918),
+            (16, 4, 1418),
+            (10, 4, 66),
+            (3, 10, 1418),
+        ] {
             let data: Vec<u8> = (0..k * len).map(|_| next(256) as u8).collect();
             let mut parity = vec![0; m * len];
             ReedSolomon::new()
                 .encode(k, m, len, &data, &mut parity)
                 .unwrap();
-            for lost in 1..=3.min(m) {
+            // The encoder's transforms on the kernel: the library's bytes.
+            let mut on_kernel = ReedSolomon::new();
+            on_kernel.use_kernel(Arc::clone(&kernel));
+            let mut kernel_parity = vec![0xEE; m * len];
+            on_kernel
+                .encode(k, m, len, &data, &mut kernel_parity)
+                .unwrap();
+            assert!(kernel_parity == parity, "repair of k={k} m={m} len={len}");
+            // 1–3 lost: the direct decoder's sums; all m lost: the
+            // decoder's transforms.
+            for lost in (1..=3.min(m)).chain([m.min(k)]) {
                 let mut present = vec![true; k];
                 while present.iter().filter(|p| !**p).count() < lost {
                     present[next(k)] = false;

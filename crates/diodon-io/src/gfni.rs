@@ -1,7 +1,8 @@
 //! The CPU's Galois Field New Instructions (GFNI) applied to 16-bit
-//! elements: `dst ^= M · src` for a GF(2)-linear map `M`, 32 elements per
-//! 64-byte chunk, on x86-64 CPUs that have GFNI and AVX2 (found at run
-//! time). This module knows no code and no protocol: the caller says what
+//! elements: `dst ^= M · src` for a GF(2)-linear map `M`, and the two
+//! butterflies of a transform built on it (`x ^= M·y; y ^= x` and its
+//! inverse), 32 elements per 64-byte chunk, on x86-64 CPUs that have GFNI
+//! and AVX2 (found at run time). This module knows no code and no protocol: the caller says what
 //! `M` does to each of the 16 bits of an element, and which field that is
 //! (multiplying by a constant in any GF(2¹⁶) is such a map) is the caller's.
 //!
@@ -121,6 +122,46 @@ impl Gfni {
             unreachable!("no Gfni value exists on this architecture");
         }
     }
+
+    /// `x[c] ^= map · y[c]`, then `y[c] ^= x[c]`, for every chunk `c`, in
+    /// one pass over both (the step a transform repeats on pairs of rows).
+    ///
+    /// # Panics
+    /// If `x` and `y` differ in length.
+    pub fn butterfly(self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &Split16Map) {
+        self.pair::<true>(x, y, map);
+    }
+
+    /// The inverse of [`Gfni::butterfly`]: `y[c] ^= x[c]`, then
+    /// `x[c] ^= map · y[c]`, in one pass over both.
+    ///
+    /// # Panics
+    /// If `x` and `y` differ in length.
+    pub fn butterfly_inverse(self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &Split16Map) {
+        self.pair::<false>(x, y, map);
+    }
+
+    /// The forward butterfly, or with `FORWARD` false the inverse.
+    fn pair<const FORWARD: bool>(self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &Split16Map) {
+        assert_eq!(x.len(), y.len(), "the two rows of a butterfly");
+        #[cfg(target_arch = "x86_64")]
+        #[expect(
+            unsafe_code,
+            reason = "calling a kernel compiled for GFNI and AVX2 or AVX-512"
+        )]
+        match self.0 {
+            // SAFETY: as in `mul_add`: this width exists only where
+            // `detect` found GFNI and AVX-512F.
+            Width::Zmm => unsafe { x86::pair_zmm::<FORWARD>(x, y, &map.0) },
+            // SAFETY: as above, with GFNI and AVX2.
+            Width::Ymm => unsafe { x86::pair_ymm::<FORWARD>(x, y, &map.0) },
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (x, y, map);
+            unreachable!("no Gfni value exists on this architecture");
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -159,6 +200,114 @@ mod x86 {
                 );
                 let ptr = out.as_mut_ptr().cast::<__m512i>();
                 _mm512_storeu_si512(ptr, _mm512_xor_si512(_mm512_loadu_si512(ptr), y));
+            }
+        }
+    }
+
+    /// `M · v` for one chunk in a register (see [`mul_add_zmm`]).
+    #[target_feature(enable = "gfni,avx512f")]
+    #[inline]
+    fn apply_zmm(v: __m512i, same: __m512i, cross: __m512i) -> __m512i {
+        let swapped = _mm512_shuffle_i64x2::<0b0100_1110>(v, v);
+        _mm512_xor_si512(
+            _mm512_gf2p8affine_epi64_epi8::<0>(v, same),
+            _mm512_gf2p8affine_epi64_epi8::<0>(swapped, cross),
+        )
+    }
+
+    /// A butterfly over two rows of chunks, one chunk of each per register
+    /// (`FORWARD`: `x ^= M·y`, then `y ^= x`; otherwise the inverse order).
+    ///
+    /// # Safety
+    /// The CPU must have GFNI and AVX-512F.
+    #[target_feature(enable = "gfni,avx512f")]
+    #[expect(unsafe_code, reason = "GFNI and AVX-512 intrinsics on 64-byte chunks")]
+    pub(super) unsafe fn pair_zmm<const FORWARD: bool>(
+        x: &mut [[u8; 64]],
+        y: &mut [[u8; 64]],
+        map: &[u64; 4],
+    ) {
+        let [ll, lh, hl, hh] = map.map(u64::cast_signed);
+        let same = _mm512_set_epi64(hh, hh, hh, hh, ll, ll, ll, ll);
+        let cross = _mm512_set_epi64(hl, hl, hl, hl, lh, lh, lh, lh);
+        for (a, b) in x.iter_mut().zip(y.iter_mut()) {
+            let a_ptr = a.as_mut_ptr().cast::<__m512i>();
+            let b_ptr = b.as_mut_ptr().cast::<__m512i>();
+            // SAFETY: each pointer is to a whole 64-byte chunk; the
+            // unaligned forms take any address.
+            unsafe {
+                let mut va = _mm512_loadu_si512(a_ptr);
+                let mut vb = _mm512_loadu_si512(b_ptr);
+                if FORWARD {
+                    va = _mm512_xor_si512(va, apply_zmm(vb, same, cross));
+                    vb = _mm512_xor_si512(vb, va);
+                } else {
+                    vb = _mm512_xor_si512(vb, va);
+                    va = _mm512_xor_si512(va, apply_zmm(vb, same, cross));
+                }
+                _mm512_storeu_si512(a_ptr, va);
+                _mm512_storeu_si512(b_ptr, vb);
+            }
+        }
+    }
+
+    /// `M · [lo | hi]` for one chunk in two registers (see [`mul_add_ymm`]).
+    #[target_feature(enable = "gfni,avx2")]
+    #[inline]
+    fn apply_ymm(lo: __m256i, hi: __m256i, blocks: &[__m256i; 4]) -> (__m256i, __m256i) {
+        let [ll, lh, hl, hh] = *blocks;
+        (
+            _mm256_xor_si256(
+                _mm256_gf2p8affine_epi64_epi8::<0>(lo, ll),
+                _mm256_gf2p8affine_epi64_epi8::<0>(hi, lh),
+            ),
+            _mm256_xor_si256(
+                _mm256_gf2p8affine_epi64_epi8::<0>(lo, hl),
+                _mm256_gf2p8affine_epi64_epi8::<0>(hi, hh),
+            ),
+        )
+    }
+
+    /// A butterfly over two rows of chunks, each half chunk in its own
+    /// register (`FORWARD` as in [`pair_zmm`]).
+    ///
+    /// # Safety
+    /// The CPU must have GFNI and AVX2.
+    #[target_feature(enable = "gfni,avx2")]
+    #[expect(unsafe_code, reason = "GFNI and AVX2 intrinsics on 32-byte halves")]
+    pub(super) unsafe fn pair_ymm<const FORWARD: bool>(
+        x: &mut [[u8; 64]],
+        y: &mut [[u8; 64]],
+        map: &[u64; 4],
+    ) {
+        let blocks = map.map(|m| _mm256_set1_epi64x(m.cast_signed()));
+        for (a, b) in x.iter_mut().zip(y.iter_mut()) {
+            let a_ptr = a.as_mut_ptr().cast::<__m256i>();
+            let b_ptr = b.as_mut_ptr().cast::<__m256i>();
+            // SAFETY: each chunk is 64 bytes, two 32-byte halves at its
+            // pointer and 32 bytes on; the unaligned forms take any address.
+            unsafe {
+                let (mut a_lo, mut a_hi) =
+                    (_mm256_loadu_si256(a_ptr), _mm256_loadu_si256(a_ptr.add(1)));
+                let (mut b_lo, mut b_hi) =
+                    (_mm256_loadu_si256(b_ptr), _mm256_loadu_si256(b_ptr.add(1)));
+                if FORWARD {
+                    let (p_lo, p_hi) = apply_ymm(b_lo, b_hi, &blocks);
+                    a_lo = _mm256_xor_si256(a_lo, p_lo);
+                    a_hi = _mm256_xor_si256(a_hi, p_hi);
+                    b_lo = _mm256_xor_si256(b_lo, a_lo);
+                    b_hi = _mm256_xor_si256(b_hi, a_hi);
+                } else {
+                    b_lo = _mm256_xor_si256(b_lo, a_lo);
+                    b_hi = _mm256_xor_si256(b_hi, a_hi);
+                    let (p_lo, p_hi) = apply_ymm(b_lo, b_hi, &blocks);
+                    a_lo = _mm256_xor_si256(a_lo, p_lo);
+                    a_hi = _mm256_xor_si256(a_hi, p_hi);
+                }
+                _mm256_storeu_si256(a_ptr, a_lo);
+                _mm256_storeu_si256(a_ptr.add(1), a_hi);
+                _mm256_storeu_si256(b_ptr, b_lo);
+                _mm256_storeu_si256(b_ptr.add(1), b_hi);
             }
         }
     }
@@ -258,6 +407,36 @@ mod tests {
                 let mut got = before.clone();
                 kernel.mul_add(&mut got, &src, &Split16Map::from_images(&images));
                 assert_eq!(got, want, "seed {seed}, {kernel:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_butterfly_is_a_multiply_add_and_a_sum_and_its_inverse_undoes_it() {
+        let Some(gfni) = Gfni::detect() else {
+            return;
+        };
+        for seed in 1..30u64 {
+            let words = bytes(seed * 104_729, 1);
+            let images: [u16; 16] = std::array::from_fn(|b| {
+                u16::from(words[0][2 * b]) | u16::from(words[0][2 * b + 1]) << 8
+            });
+            let map = Split16Map::from_images(&images);
+            let (x0, y0) = (bytes(seed, 7), bytes(seed + 500, 7));
+            // Forward: x ^= M·y, then y ^= x.
+            let mut want_x = x0.clone();
+            reference(&mut want_x, &y0, &images);
+            let want_y: Vec<[u8; 64]> = y0
+                .iter()
+                .zip(&want_x)
+                .map(|(a, b)| std::array::from_fn(|i| a[i] ^ b[i]))
+                .collect();
+            for kernel in widths(gfni) {
+                let (mut x, mut y) = (x0.clone(), y0.clone());
+                kernel.butterfly(&mut x, &mut y, &map);
+                assert_eq!((&x, &y), (&want_x, &want_y), "seed {seed}, {kernel:?}");
+                kernel.butterfly_inverse(&mut x, &mut y, &map);
+                assert_eq!((&x, &y), (&x0, &y0), "seed {seed}, {kernel:?} inverse");
             }
         }
     }

@@ -134,6 +134,16 @@ impl SumKernel for Gfni {
         self.0
             .mul_add(dst, src, &diodon_io::gfni::Split16Map::from_words(map.0));
     }
+
+    fn butterfly(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        self.0
+            .butterfly(x, y, &diodon_io::gfni::Split16Map::from_words(map.0));
+    }
+
+    fn butterfly_inverse(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        self.0
+            .butterfly_inverse(x, y, &diodon_io::gfni::Split16Map::from_words(map.0));
+    }
 }
 
 fn losses(c: &mut Criterion) {
@@ -160,7 +170,14 @@ fn losses(c: &mut Criterion) {
             if let Some(kernel) = kernel {
                 rs.use_kernel(kernel);
             }
-            for lost in [1usize, 2, 4, 6, 8, 12, 16] {
+            let mut out = vec![0u8; m * shard];
+            group.bench_function(format!("encode {k}+{m} of {shard} B{name}"), |b| {
+                b.iter(|| {
+                    rs.encode(k, m, shard, black_box(&data), &mut out)
+                        .expect("encode");
+                });
+            });
+            for lost in [1usize, 2, 4, 6, 8, 12, 16, 20] {
                 let present: Vec<bool> = (0..k)
                     .map(|i| i % (k / lost) != 7 || i / (k / lost) >= lost)
                     .collect();

@@ -276,7 +276,7 @@ fn seal_encrypted(data: &[u8], ring: &KeyRing) -> Option<Vec<u8>> {
 /// a block from the rest, encodes it, erases symbols and decodes: with at
 /// most `m` erasures the source must come back bit-exact; with more the
 /// decoder must say `NotEnough`, never return garbage. A codec given a
-/// sum kernel decodes the same.
+/// sum kernel encodes and decodes the same.
 pub fn fec(data: &[u8]) {
     let mut input = Input::new(data);
     let k = 1 + usize::from(input.byte() % 64);
@@ -317,12 +317,29 @@ pub fn fec(data: &[u8]) {
     let mut scratch = vec![0u8; shard_len];
     rs.encode(1, 1, shard_len, &source[..shard_len], &mut scratch)
         .expect("a (1, 1) code is always supported");
-    // The same decode with a driver's kernel (by its definition): the same
-    // verdict and, on success, the same bytes.
-    let mut with_kernel = ReedSolomon::new();
-    with_kernel.use_kernel(std::sync::Arc::new(crate::fec::ReferenceKernel));
+    // The same encode and decode with a driver's kernel (by its
+    // definition): the same repair bytes, the same verdict and, on
+    // success, the same bytes restored. One codec per thread: preparing a
+    // kernel's factors takes a few milliseconds.
+    thread_local! {
+        static WITH_KERNEL: std::cell::RefCell<ReedSolomon> = std::cell::RefCell::new({
+            let mut rs = ReedSolomon::new();
+            rs.use_kernel(std::sync::Arc::new(crate::fec::ReferenceKernel));
+            rs
+        });
+    }
     let mut damaged_too = damaged.clone();
-    let result_too = with_kernel.decode(k, m, shard_len, &mut damaged_too, &present, &kept);
+    let result_too = WITH_KERNEL.with_borrow_mut(|with_kernel| {
+        let mut repair_too = vec![0u8; m * shard_len];
+        with_kernel
+            .encode(k, m, shard_len, &source, &mut repair_too)
+            .expect("the kernel encodes what the library encodes");
+        assert!(
+            repair_too == repair,
+            "k={k} m={m} L={shard_len}: the kernel's repair bytes"
+        );
+        with_kernel.decode(k, m, shard_len, &mut damaged_too, &present, &kept)
+    });
     let result = rs.decode(k, m, shard_len, &mut damaged, &present, &kept);
     assert_eq!(
         result, result_too,

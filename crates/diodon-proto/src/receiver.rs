@@ -779,8 +779,8 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Takes the decoder's sums with a driver's platform kernel (see
-    /// [`crate::fec::SumKernel`]): the same bytes, at less cost.
+    /// Takes the decoder's sums and transforms with a driver's platform
+    /// kernel (see [`crate::fec::SumKernel`]): the same bytes, at less cost.
     pub fn use_kernel(&mut self, kernel: Arc<dyn crate::fec::SumKernel>) {
         self.fec.use_kernel(kernel);
     }

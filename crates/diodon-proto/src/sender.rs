@@ -614,6 +614,12 @@ const RECENT_CHANNELS: usize = 64;
 const ZEROS: [u8; 256] = [0; 256];
 
 impl Sender {
+    /// Takes the encoder's transforms with a driver's platform kernel (see
+    /// [`crate::fec::SumKernel`]): the same repair bytes, at less cost.
+    pub fn use_kernel(&mut self, kernel: std::sync::Arc<dyn crate::fec::SumKernel>) {
+        self.fec.use_kernel(kernel);
+    }
+
     /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
     pub fn new(
         config: SenderConfig,

@@ -292,7 +292,7 @@ fn lossy_link_file_is_identical_and_repaired() {
         "FEC must have repaired: {s}"
     );
     assert_eq!(s["channels_complete"], 1);
-    // The receiver decoded on what this CPU has: GFNI where it has it.
+    // Both sides coded on what this CPU has: GFNI where it has it.
     let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let has = |f: &str| flags.split_whitespace().any(|w| w == f);
     let decode = match (has("gfni"), has("avx512f"), has("avx2")) {
@@ -304,6 +304,11 @@ fn lossy_link_file_is_identical_and_repaired() {
     assert!(
         log.contains(&format!("decode=\"{decode}\"")),
         "the receiver's start line names {decode:?}: {log}"
+    );
+    let log = String::from_utf8_lossy(&tx.stderr);
+    assert!(
+        log.contains(&format!("encode=\"{decode}\"")),
+        "the sender's start line names {decode:?}: {log}"
     );
     tb.assert_one_way();
 }

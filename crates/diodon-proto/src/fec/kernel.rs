@@ -1,5 +1,6 @@
-//! What a driver may hand the codec for the direct decoder's sums: a
-//! kernel for `dst ^= M · src` on shards in the library's layout
+//! What a driver may hand the codec for its sums and transforms: a
+//! kernel for `dst ^= M · src` (and the transforms' butterflies built on
+//! it) on shards in the library's layout
 //! ([`SumKernel`], the form of its maps [`KernelMap`]), and the kernel by
 //! its definition ([`ReferenceKernel`]) that any platform kernel must match.
 
@@ -19,6 +20,28 @@ pub trait SumKernel: Send + Sync {
     fn prepare(&self, images: &[u16; 16]) -> KernelMap;
     /// `dst[c] ^= map · src[c]` for every chunk; both have the same length.
     fn mul_add(&self, dst: &mut [[u8; 64]], src: &[[u8; 64]], map: &KernelMap);
+
+    /// The transforms' step on two rows of the same length: `x ^= map · y`,
+    /// then `y ^= x`. A kernel that can should do it in one pass.
+    fn butterfly(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        self.mul_add(x, y, map);
+        add(y, x);
+    }
+
+    /// The inverse transforms' step: `y ^= x`, then `x ^= map · y`.
+    fn butterfly_inverse(&self, x: &mut [[u8; 64]], y: &mut [[u8; 64]], map: &KernelMap) {
+        add(y, x);
+        self.mul_add(x, y, map);
+    }
+}
+
+/// `dst ^= src`, chunk by chunk.
+fn add(dst: &mut [[u8; 64]], src: &[[u8; 64]]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        for (a, b) in d.iter_mut().zip(s) {
+            *a ^= b;
+        }
+    }
 }
 
 /// [`SumKernel`] by its definition, one element and one bit at a time: the

@@ -19,6 +19,7 @@
 //! modulo 2¹⁶ − 1, which is all the decoder uses
 //! (`locator_matches_the_transform` checks it).
 
+use super::transforms::Transforms;
 use reed_solomon_simd::engine::{
     tables, DefaultEngine, Engine, GfElement, ShardsRefMut, GF_MODULUS, GF_ORDER,
 };
@@ -29,20 +30,14 @@ use reed_solomon_simd::engine::{
 /// about half the transforms' time.
 pub const DIRECT_BUDGET: usize = 1 << 17;
 
-/// `reed-solomon-simd`'s engine (AVX2, SSSE3 or portable, picked at run
-/// time) with the erasure locator taken directly when that is cheaper.
-pub struct ErasureLocator(DefaultEngine);
+/// The codec's [`Transforms`] (the library's engine or a driver's kernel)
+/// with the erasure locator taken directly when that is cheaper.
+pub struct ErasureLocator(Transforms);
 
 impl ErasureLocator {
-    /// The library's engine for this CPU, with the direct locator.
-    pub fn new() -> Self {
-        ErasureLocator(DefaultEngine::new())
-    }
-}
-
-impl Default for ErasureLocator {
-    fn default() -> Self {
-        Self::new()
+    /// `transforms` with the direct locator.
+    pub fn new(transforms: Transforms) -> Self {
+        ErasureLocator(transforms)
     }
 }
 
