@@ -2,8 +2,10 @@
 //! BLAKE3 MAC, the key ring (the current pre-shared key and the next one,
 //! each with its key id), the per-session key derived from a pre-shared
 //! key, the nonce built from the sequence number, and sealing and opening a
-//! datagram body with ChaCha20-Poly1305. [`crate::wire`] decides where the
-//! results go in a datagram; nothing else in the workspace sees a key.
+//! datagram body with ChaCha20-Poly1305 (AWS-LC's, through `aws-lc-rs`: its
+//! assembly runs the cipher and the authenticator at the CPU's vector
+//! width). [`crate::wire`] decides where the results go in a datagram;
+//! nothing else in the workspace sees a key.
 //!
 //! ```text
 //!  pre-shared key (32) ─┐
@@ -14,11 +16,11 @@
 //!  body ─────────────────────────────────────────► ChaCha20-Poly1305 ─► ciphertext ‖ tag (16)
 //! ```
 //!
-//! Key material is wiped when dropped (`zeroize`); tags are compared in
-//! constant time.
+//! Key material is wiped when dropped (`zeroize` here; AWS-LC cleanses the
+//! cipher's key schedule when it frees it); tags are compared in constant
+//! time.
 
-use chacha20poly1305::aead::inout::InOutBuf;
-use chacha20poly1305::{AeadInOut, ChaCha20Poly1305, Key, KeyInit, Nonce, Tag};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use thiserror::Error;
 use zeroize::{Zeroize, Zeroizing};
 
@@ -196,7 +198,7 @@ pub struct OpenError;
 
 /// The AEAD of one session under one key id.
 pub struct SessionCipher {
-    cipher: ChaCha20Poly1305,
+    cipher: LessSafeKey,
     session: u64,
     key_id: u8,
 }
@@ -215,7 +217,10 @@ impl SessionCipher {
     pub fn derive(psk: &Secret, session: u64, key_id: u8) -> Self {
         let key = session_key(psk, session, key_id);
         SessionCipher {
-            cipher: ChaCha20Poly1305::new(&Key::from(*key)),
+            cipher: LessSafeKey::new(
+                UnboundKey::new(&CHACHA20_POLY1305, &key[..])
+                    .expect("a 32-byte key is ChaCha20-Poly1305's key length"),
+            ),
             session,
             key_id,
         }
@@ -235,9 +240,15 @@ impl SessionCipher {
     pub fn seal(&self, seq: u64, header: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
         let tag = self
             .cipher
-            .encrypt_inout_detached(&Nonce::from(nonce(seq)), header, body.into())
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce(seq)),
+                Aad::from(header),
+                body,
+            )
             .expect("a datagram body is far below ChaCha20-Poly1305's 256 GiB message limit");
-        tag.into()
+        let mut out = [0u8; TAG_LEN];
+        out.copy_from_slice(tag.as_ref());
+        out
     }
 
     /// Checks `tag` over `header` and `ciphertext` and, if it is right,
@@ -250,10 +261,17 @@ impl SessionCipher {
         out: &mut [u8],
         tag: &[u8],
     ) -> Result<(), OpenError> {
-        let tag = Tag::try_from(tag).map_err(|_| OpenError)?;
-        let buf = InOutBuf::new(ciphertext, out).map_err(|_| OpenError)?;
+        if tag.len() != TAG_LEN || ciphertext.len() != out.len() {
+            return Err(OpenError);
+        }
         self.cipher
-            .decrypt_inout_detached(&Nonce::from(nonce(seq)), header, buf, &tag)
+            .open_separate_gather(
+                Nonce::assume_unique_for_key(nonce(seq)),
+                Aad::from(header),
+                ciphertext,
+                tag,
+                out,
+            )
             .map_err(|_| OpenError)
     }
 }
