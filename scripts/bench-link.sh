@@ -18,7 +18,8 @@
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
 #                              [--loss PCT [--loss-burst LEN]] [--rate RATE]
-#                              [--baseline GIT-REV] [--send-args "ARGS"] [--perf DIR] [--no-record]
+#                              [--baseline GIT-REV] [--send-args "ARGS"] [--integrity MODE]
+#                              [--perf DIR] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
 # Diodon alternately with this one on the same testbed, then prints the medians
@@ -26,6 +27,9 @@
 # --send-args "ARGS" adds ARGS to every sender's command line, both versions' (e.g.
 # "--block 64" runs this version with the baseline's block size, so the A/B measures the
 # code and not the change of defaults).
+# --integrity crc|mac|encrypt: what every datagram carries, both sides and both versions:
+# the CRC32C (default), the keyed MAC (a fresh random key file for the run, --key-file) or
+# encryption (the same key file and --encrypt). The ceiling has no tag at all.
 # --rate RATE paces both versions' senders (and sizes the receivers' buffers) at RATE,
 # e.g. "1gbit": what the receiver costs on a link it is not saturated by. Default unlimited.
 # --loss PCT drops PCT % of the link's datagrams at random (testbed.sh --loss), the
@@ -52,6 +56,7 @@ BASELINE=
 SEND_ARGS=
 PERF_DIR=
 LOSS_ARGS=()
+INTEGRITY=crc
 BASE_BIN=
 BASE_LABEL=
 STATUS=0
@@ -71,6 +76,7 @@ while [[ $# -gt 0 ]]; do
     --rate) RATE=${2:?}; shift 2 ;;
     --baseline) BASELINE=${2:?}; shift 2 ;;
     --send-args) SEND_ARGS=${2:?}; shift 2 ;;
+    --integrity) INTEGRITY=${2:?}; shift 2 ;;
     --loss) LOSS_ARGS+=(--loss "${2:?}"); shift 2 ;;
     --loss-burst) LOSS_ARGS+=(--loss-burst "${2:?}"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -102,6 +108,16 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+KEY_ARGS=()
+case $INTEGRITY in
+crc) ;;
+mac | encrypt)
+    (umask 077 && head -c 32 /dev/urandom >"$WORK/link.key")
+    KEY_ARGS=(--key-file "$WORK/link.key")
+    [[ $INTEGRITY == encrypt ]] && KEY_ARGS+=(--encrypt)
+    ;;
+*) echo "bench-link: --integrity is crc, mac or encrypt, not $INTEGRITY" >&2; exit 2 ;;
+esac
 
 echo "bench-link: generating $SIZE random bytes" >&2
 head -c "$SIZE" /dev/urandom >"$WORK/random.bin"
@@ -113,7 +129,7 @@ RESULTS="$WORK/results.jsonl"
 # run_diodon LABEL BIN MTU RUN: one verified transfer; appends a JSON line to $RESULTS.
 run_diodon() {
     local label=$1 bin=$2 mtu=$3 run=$4
-    echo "bench-link: MTU $mtu $label run $run: $RATE rate, $REPAIR % repair${SEND_ARGS:+, $SEND_ARGS}" >&2
+    echo "bench-link: MTU $mtu $label run $run: $RATE rate, $REPAIR % repair, $INTEGRITY${SEND_ARGS:+, $SEND_ARGS}" >&2
     rm -rf "$WORK/out"
     # Profiled: this version's first run per MTU (--perf).
     local perf_rx=() perf_tx=()
@@ -122,12 +138,12 @@ run_diodon() {
         perf_tx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-send.data" --)
     fi
     "$TB" exec rx "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate "$RATE" --mtu "$mtu" \
-        --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
+        "${KEY_ARGS[@]}" --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local recv_pid=$!
     sleep 0.5
     # shellcheck disable=SC2086 # SEND_ARGS is split into words on purpose
     "$TB" exec tx "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate "$RATE" --repair "$REPAIR" \
-        --mtu "$mtu" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
+        --mtu "$mtu" "${KEY_ARGS[@]}" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
     wait "$recv_pid" || true
     if [[ ${#perf_tx[@]} -gt 0 ]]; then
         local side

@@ -729,11 +729,12 @@ pub(crate) fn run_link_sender(
         Duration::from_nanos(bits.saturating_mul(1_000_000_000) / config.rate.bps())
             .min(Duration::from_millis(2))
     };
+    let integrity = config.integrity.describe();
     let mut sender = Sender::new(config, session, now)?;
     if let Some(kernel) = crate::fec_kernel::best() {
         sender.use_kernel(kernel);
     }
-    tracing::info!(%session, dest = %opts.dest, local = %udp.local_addr(), gso = udp.gso_enabled(), encode = crate::fec_kernel::describe(), "sender started");
+    tracing::info!(%session, dest = %opts.dest, local = %udp.local_addr(), gso = udp.gso_enabled(), integrity, encode = crate::fec_kernel::describe(), "sender started");
     for w in &udp.setup().warnings {
         tracing::warn!("{w}");
     }

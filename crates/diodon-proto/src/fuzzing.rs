@@ -22,7 +22,7 @@
 //! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
 use crate::blocks::BlockSet;
-use crate::crypto::{CipherCache, KeyRing, Secret, SessionCipher};
+use crate::crypto::{CipherCache, KeyRing, Secret, SessionCipher, SessionMac};
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
 use crate::receiver::{Event, Receiver, ReceiverConfig};
 use crate::sender::{Sender, SenderConfig};
@@ -30,8 +30,8 @@ use crate::types::{ChannelId, Rate, RepairRatio, SessionId, SymbolSize};
 use crate::wire::{
     open_datagram, parse_datagram, BeaconRepr, Body, ChannelEntry, ChannelKind, ChannelMeta,
     ChannelState, DatagramRepr, Header, Integrity, Packet, Sealer, SymbolRepr, SyncInfo,
-    TrailerRepr, TrailerStatus, WireError, CRC_TAG_LEN, FLAG_ENCRYPTED, FLAG_KEYED, HEADER_LEN,
-    MAC_TAG_LEN, VERSION,
+    TrailerRepr, TrailerStatus, WireError, CRC_TAG_LEN, FLAG_AES_GMAC, FLAG_ENCRYPTED, FLAG_KEYED,
+    HEADER_LEN, MAC_TAG_LEN, VERSION,
 };
 use diodon_sansio::Timestamp;
 use std::collections::{HashMap, HashSet};
@@ -111,7 +111,11 @@ pub fn records(data: &[u8]) {
 /// so the body parsers are reached). Whatever parses must re-emit to the same
 /// bytes and parse back to the same representation.
 pub fn wire(data: &[u8]) {
-    for integrity in [Integrity::Crc32c, Integrity::mac(FUZZ_KEY)] {
+    for integrity in [
+        Integrity::Crc32c,
+        Integrity::mac(FUZZ_KEY),
+        Integrity::Gmac(KeyRing::single(FUZZ_KEY)),
+    ] {
         check_datagram(data, &integrity);
         if let Some(sealed) = reseal(data, &integrity) {
             check_datagram(&sealed, &integrity);
@@ -143,6 +147,14 @@ fn check_datagram(datagram: &[u8], integrity: &Integrity) {
     let Ok(repr) = parse_datagram(datagram, integrity) else {
         return;
     };
+    // A keyed receiver takes either MAC; the datagram is re-emitted with
+    // the one it carries.
+    let gmac = Packet::new_unchecked(datagram).is_gmac();
+    let integrity = &match integrity.key_ring() {
+        Some(ring) if !integrity.is_encrypted() && gmac => Integrity::Gmac(ring.clone()),
+        Some(ring) if !integrity.is_encrypted() => Integrity::Keyed(ring.clone()),
+        _ => integrity.clone(),
+    };
     let len = repr.buffer_len(integrity);
     assert_eq!(
         len,
@@ -171,7 +183,11 @@ fn reseal(data: &[u8], integrity: &Integrity) -> Option<Vec<u8>> {
     let body_len = u16::try_from(body_len).ok()?;
     let mut out = data.to_vec();
     out[0] = VERSION;
-    let flags = if integrity.is_keyed() { FLAG_KEYED } else { 0 };
+    let flags = match integrity {
+        Integrity::Gmac(_) => FLAG_KEYED | FLAG_AES_GMAC,
+        _ if integrity.is_keyed() => FLAG_KEYED,
+        _ => 0,
+    };
     out[2..4].copy_from_slice(&flags.to_be_bytes());
     out[30..32].copy_from_slice(&body_len.to_be_bytes());
     seal(&mut out, integrity);
@@ -188,7 +204,13 @@ fn seal(datagram: &mut [u8], integrity: &Integrity) {
             let key = ring.current_key().bytes();
             tag.copy_from_slice(&blake3::keyed_hash(key, content).as_bytes()[..MAC_TAG_LEN]);
         }
-        Integrity::Encrypted(_) => unreachable!("wire() seals with CRC32C or the MAC only"),
+        Integrity::Gmac(ring) => {
+            let header = Packet::new_unchecked(&*content);
+            let mac =
+                SessionMac::derive(ring.current_key(), header.session_id().0, ring.current_id());
+            tag.copy_from_slice(&mac.tag(header.seq(), &[content]));
+        }
+        Integrity::Encrypted(_) => unreachable!("wire() seals with CRC32C or a MAC only"),
     }
 }
 

@@ -24,7 +24,7 @@
 //! body. The keys and the cryptography are [`crate::crypto`]'s; this module
 //! places its output. After [`Packet::check_len`] succeeds no accessor panics.
 
-use crate::crypto::{self, CipherCache, KeyRing, SessionCipher};
+use crate::crypto::{self, CipherCache, KeyRing, SessionCipher, SessionMac};
 use crate::types::{ChannelId, ConfigError, SessionId, SymbolSize};
 use diodon_sansio::IpVersion;
 use thiserror::Error;
@@ -44,6 +44,10 @@ pub const FLAG_KEYED: u16 = 0x0001;
 /// Header flag: the body is encrypted and the tag is an AEAD tag (only
 /// together with [`FLAG_KEYED`]); the flags' high byte is then the key id.
 pub const FLAG_ENCRYPTED: u16 = 0x0002;
+/// Header flag: the keyed MAC is AES-GMAC under the session's MAC key
+/// instead of BLAKE3's keyed hash (only together with [`FLAG_KEYED`] and
+/// without [`FLAG_ENCRYPTED`]).
+pub const FLAG_AES_GMAC: u16 = 0x0004;
 /// The flags' high byte: the key id of an encrypted datagram (0 otherwise).
 pub const FLAG_KEY_ID: u16 = 0xFF00;
 /// Largest datagram the protocol produces or accepts (UDP payload limit).
@@ -168,15 +172,21 @@ impl DatagramType {
 }
 
 /// How each datagram is protected: CRC32C against corruption, a keyed
-/// BLAKE3 MAC (truncated to 16 bytes) against forgery as well, or
-/// ChaCha20-Poly1305 with a per-session key against reading too.
+/// MAC against forgery as well (BLAKE3's keyed hash truncated to 16 bytes,
+/// or AES-GMAC under a per-session key), or ChaCha20-Poly1305 with a
+/// per-session key against reading too.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Integrity {
     /// CRC32C (Castagnoli) over every byte before the tag.
     Crc32c,
     /// BLAKE3 keyed hash, first 16 bytes, with the ring's current key (the
-    /// datagram names its key id; a receiver checks with either key).
+    /// datagram names its key id; a receiver checks with either key). A
+    /// receiver in this mode takes AES-GMAC datagrams too.
     Keyed(KeyRing),
+    /// AES-GMAC under a key derived per session from the ring's current
+    /// key (PROTOCOL.md § 4.5). A receiver in this mode takes BLAKE3-keyed
+    /// datagrams too: the two differ only in what the sender spends.
+    Gmac(KeyRing),
     /// The body encrypted with a key derived per session from the ring's
     /// keys; the header is authenticated, not encrypted.
     Encrypted(KeyRing),
@@ -187,6 +197,7 @@ impl std::fmt::Debug for Integrity {
         match self {
             Self::Crc32c => f.write_str("Crc32c"),
             Self::Keyed(_) => f.write_str("Keyed(<redacted>)"),
+            Self::Gmac(_) => f.write_str("Gmac(<redacted>)"),
             Self::Encrypted(_) => f.write_str("Encrypted(<redacted>)"),
         }
     }
@@ -202,13 +213,24 @@ impl Integrity {
     pub fn tag_len(&self) -> usize {
         match self {
             Self::Crc32c => CRC_TAG_LEN,
-            Self::Keyed(_) | Self::Encrypted(_) => MAC_TAG_LEN,
+            Self::Keyed(_) | Self::Gmac(_) | Self::Encrypted(_) => MAC_TAG_LEN,
         }
     }
 
     /// Whether a key is configured (MAC or encryption).
     pub fn is_keyed(&self) -> bool {
         !matches!(self, Self::Crc32c)
+    }
+
+    /// What a datagram carries, for a log line: `CRC32C`, `BLAKE3 MAC`,
+    /// `AES-GMAC` or `ChaCha20-Poly1305`.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Crc32c => "CRC32C",
+            Self::Keyed(_) => "BLAKE3 MAC",
+            Self::Gmac(_) => "AES-GMAC",
+            Self::Encrypted(_) => "ChaCha20-Poly1305",
+        }
     }
 
     /// Whether bodies are encrypted.
@@ -219,7 +241,7 @@ impl Integrity {
     /// The key ring of the keyed modes (MAC or encryption).
     pub fn key_ring(&self) -> Option<&KeyRing> {
         match self {
-            Self::Keyed(ring) | Self::Encrypted(ring) => Some(ring),
+            Self::Keyed(ring) | Self::Gmac(ring) | Self::Encrypted(ring) => Some(ring),
             Self::Crc32c => None,
         }
     }
@@ -231,16 +253,18 @@ impl Integrity {
         match self {
             Self::Crc32c => Self::Crc32c,
             Self::Keyed(_) => Self::Keyed(ring),
+            Self::Gmac(_) => Self::Gmac(ring),
             Self::Encrypted(_) => Self::Encrypted(ring),
         }
     }
 
-    /// Whether the CRC32C or the MAC of the key `key_id` matches; an
-    /// encrypted datagram is checked by [`open_datagram`] and never here.
+    /// Whether the CRC32C or the BLAKE3 MAC of the key `key_id` matches;
+    /// an encrypted datagram is checked by [`open_datagram`] and never
+    /// here, an AES-GMAC one by [`Packet::verify`].
     fn verify(&self, key_id: u8, content: &[u8], tag: &[u8]) -> bool {
         match self {
             Self::Crc32c => crc_fast::crc32_iscsi(content).to_be_bytes() == tag,
-            Self::Keyed(ring) => ring
+            Self::Keyed(ring) | Self::Gmac(ring) => ring
                 .key(key_id)
                 .is_some_and(|key| crypto::mac_matches(key, content, tag)),
             Self::Encrypted(_) => false,
@@ -254,6 +278,8 @@ impl Integrity {
 pub enum Sealer {
     /// The keyed MAC with this key, carrying this key id.
     Mac(u8, crypto::Secret),
+    /// AES-GMAC with this session's MAC key.
+    Gmac(SessionMac),
     /// ChaCha20-Poly1305 with this session cipher.
     Aead(SessionCipher),
 }
@@ -265,6 +291,11 @@ impl Sealer {
         match integrity {
             Integrity::Crc32c => None,
             Integrity::Keyed(ring) => Some(Sealer::Mac(key_id, ring.key(key_id)?.clone())),
+            Integrity::Gmac(ring) => Some(Sealer::Gmac(SessionMac::derive(
+                ring.key(key_id)?,
+                session.0,
+                key_id,
+            ))),
             Integrity::Encrypted(ring) => Some(Sealer::Aead(SessionCipher::derive(
                 ring.key(key_id)?,
                 session.0,
@@ -277,6 +308,7 @@ impl Sealer {
     pub fn key_id(&self) -> u8 {
         match self {
             Sealer::Mac(id, _) => *id,
+            Sealer::Gmac(mac) => mac.key_id(),
             Sealer::Aead(cipher) => cipher.key_id(),
         }
     }
@@ -329,12 +361,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
         }
         let flags = self.flags();
         let encrypted = flags & FLAG_ENCRYPTED != 0;
+        let gmac = flags & FLAG_AES_GMAC != 0;
         let defined = if flags & FLAG_KEYED != 0 {
-            FLAG_KEYED | FLAG_ENCRYPTED | FLAG_KEY_ID
+            FLAG_KEYED | FLAG_ENCRYPTED | FLAG_AES_GMAC | FLAG_KEY_ID
         } else {
             0
         };
-        if flags & !defined != 0 || (encrypted && flags & FLAG_KEYED == 0) {
+        if flags & !defined != 0 || (encrypted && flags & FLAG_KEYED == 0) || (gmac && encrypted) {
             return Err(WireError::BadFlags(flags));
         }
         let expected = HEADER_LEN + self.body_len() + self.tag_len();
@@ -366,6 +399,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Whether the body is encrypted.
     pub fn is_encrypted(&self) -> bool {
         self.flags() & FLAG_ENCRYPTED != 0
+    }
+
+    /// Whether the tag is an AES-GMAC (flag bit 2).
+    pub fn is_gmac(&self) -> bool {
+        self.flags() & FLAG_AES_GMAC != 0
     }
     /// The key id of a keyed datagram (MAC or encrypted; 0 otherwise).
     pub fn key_id(&self) -> u8 {
@@ -437,7 +475,24 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.check_mode(integrity)?;
         let b = self.buffer.as_ref();
         let covered = b.len() - self.tag_len();
-        if integrity.verify(self.key_id(), &b[..covered], &b[covered..]) {
+        let (content, tag) = b.split_at(covered);
+        let right = if self.is_gmac() {
+            // Without a receiver's cache: the session's key derived for
+            // this one datagram (the receiver uses `open_datagram`).
+            integrity
+                .key_ring()
+                .and_then(|r| r.key(self.key_id()))
+                .is_some_and(|psk| {
+                    SessionMac::derive(psk, self.session_id().0, self.key_id()).matches(
+                        self.seq(),
+                        content,
+                        tag,
+                    )
+                })
+        } else {
+            integrity.verify(self.key_id(), content, tag)
+        };
+        if right {
             Ok(())
         } else {
             Err(WireError::BadCheck)
@@ -1179,6 +1234,18 @@ impl<'a> DatagramRepr<'a> {
                 tag.copy_from_slice(&crypto::mac(key, content));
                 total
             }
+            Sealer::Gmac(mac) => {
+                debug_assert_eq!(
+                    mac.session(),
+                    self.header.session.0,
+                    "another session's key"
+                );
+                let flags = FLAG_KEYED | FLAG_AES_GMAC | key_id;
+                let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
+                let (content, tag) = buf[..total].split_at_mut(total - MAC_TAG_LEN);
+                tag.copy_from_slice(&mac.tag(self.header.seq, &[content]));
+                total
+            }
             Sealer::Aead(cipher) => {
                 debug_assert_eq!(
                     cipher.session(),
@@ -1220,6 +1287,10 @@ impl<'a> DatagramRepr<'a> {
         let (flags, tag_len) = match sealer {
             None => (0, CRC_TAG_LEN),
             Some(Sealer::Mac(id, _)) => (FLAG_KEYED | (u16::from(*id) << 8), MAC_TAG_LEN),
+            Some(Sealer::Gmac(mac)) => (
+                FLAG_KEYED | FLAG_AES_GMAC | (u16::from(mac.key_id()) << 8),
+                MAC_TAG_LEN,
+            ),
             Some(Sealer::Aead(_)) => return None,
         };
         let head = &mut head[..head_len];
@@ -1228,6 +1299,8 @@ impl<'a> DatagramRepr<'a> {
         if let Some(Sealer::Mac(_, key)) = sealer {
             tail[..MAC_TAG_LEN]
                 .copy_from_slice(&crypto::mac_of_pieces(key, &[head, symbol.payload]));
+        } else if let Some(Sealer::Gmac(mac)) = sealer {
+            tail[..MAC_TAG_LEN].copy_from_slice(&mac.tag(self.header.seq, &[head, symbol.payload]));
         } else {
             let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
             crc.update(head);
@@ -1294,7 +1367,21 @@ pub fn open_datagram<'a>(
 ) -> Result<DatagramRepr<'a>, WireError> {
     let packet = Packet::new_checked(datagram)?;
     if !integrity.is_encrypted() {
-        packet.verify(integrity)?;
+        if packet.is_gmac() {
+            packet.check_mode(integrity)?;
+            let (content, tag) = datagram.split_at(datagram.len() - packet.tag_len());
+            if !ciphers.gmac_matches(
+                packet.session_id().0,
+                packet.key_id(),
+                packet.seq(),
+                content,
+                tag,
+            ) {
+                return Err(WireError::BadCheck);
+            }
+        } else {
+            packet.verify(integrity)?;
+        }
         return DatagramRepr::parse(&packet);
     }
     packet.check_mode(integrity)?;

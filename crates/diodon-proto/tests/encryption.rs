@@ -200,6 +200,79 @@ fn a_wrong_key_or_an_unknown_key_id_is_a_bad_check() {
 }
 
 #[test]
+fn either_mac_is_taken_by_a_mac_receiver_and_an_altered_gmac_is_refused() {
+    let data = payload(120_000);
+    let now = Timestamp::ZERO;
+    let gmac = || Integrity::Gmac(KeyRing::single(KEY_A));
+    for (sent, expected) in [
+        (gmac(), Integrity::mac(KEY_A)),
+        (gmac(), gmac()),
+        (Integrity::mac(KEY_A), gmac()),
+    ] {
+        let wire = drain(
+            &mut sender(with(sent.clone()), &data, now),
+            now,
+            Duration::from_micros(10),
+        );
+        let gmac_flag = u16::from_be_bytes([wire[0][2], wire[0][3]]) & 0x0004 != 0;
+        assert_eq!(
+            gmac_flag,
+            matches!(sent, Integrity::Gmac(_)),
+            "the flag says which MAC"
+        );
+        let mut altered = Vec::new();
+        for d in &wire {
+            for at in [13, 23, 40, d.len() - 1] {
+                let mut x = d.clone();
+                x[at] ^= 0x10;
+                altered.push(x);
+            }
+        }
+        let mut r = receiver(expected);
+        let (complete, _) = feed(&mut r, &altered);
+        assert!(complete.is_empty());
+        assert_eq!(r.stats().bad_check, altered.len() as u64, "{sent:?}");
+        let (complete, _) = feed(&mut r, &wire);
+        assert_eq!(complete, vec![data.clone()], "{sent:?}");
+        accounting_holds(&r.stats());
+    }
+    // Another key, or the right key under another id: a bad check.
+    for other in [
+        Integrity::Gmac(KeyRing::single([9; 32])),
+        Integrity::Gmac(KeyRing::new((9, Secret::new(KEY_A)), None).unwrap()),
+    ] {
+        let wire = drain(
+            &mut sender(with(other), &data, now),
+            now,
+            Duration::from_micros(10),
+        );
+        let mut r = receiver(Integrity::mac(KEY_A));
+        feed(&mut r, &wire);
+        assert_eq!(r.stats().bad_check, wire.len() as u64);
+    }
+}
+
+#[test]
+fn a_gmac_flag_with_encryption_or_without_a_key_is_malformed() {
+    let data = payload(5_000);
+    let now = Timestamp::ZERO;
+    let wire = drain(
+        &mut sender(with(Integrity::Gmac(KeyRing::single(KEY_A))), &data, now),
+        now,
+        Duration::from_micros(10),
+    );
+    for flags in [0x0004u16, 0x0006, 0x0007] {
+        let mut x = wire[0].clone();
+        x[2..4].copy_from_slice(&flags.to_be_bytes());
+        let mut r = receiver(Integrity::mac(KEY_A));
+        feed(&mut r, &[x]);
+        let s = r.stats();
+        assert_eq!(s.accepted, 0, "flags {flags:#06x}");
+        assert_eq!(s.invalid(), 1, "flags {flags:#06x}: {s:?}");
+    }
+}
+
+#[test]
 fn a_mode_mismatch_is_refused_counted_and_reported_once() {
     let data = payload(20_000);
     let now = Timestamp::ZERO;
@@ -216,6 +289,20 @@ fn a_mode_mismatch_is_refused_counted_and_reported_once() {
             ring_a(),
             Mismatch::Encryption {
                 datagram_encrypted: false,
+            },
+        ),
+        (
+            Integrity::Gmac(KeyRing::single(KEY_A)),
+            ring_a(),
+            Mismatch::Encryption {
+                datagram_encrypted: false,
+            },
+        ),
+        (
+            Integrity::Gmac(KeyRing::single(KEY_A)),
+            Integrity::Crc32c,
+            Mismatch::Integrity {
+                datagram_keyed: true,
             },
         ),
         (
@@ -258,7 +345,8 @@ fn ring(next: bool) -> KeyRing {
 }
 
 /// Both keyed modes: the MAC and encryption.
-const KEYED: [fn(KeyRing) -> Integrity; 2] = [Integrity::Keyed, Integrity::Encrypted];
+const KEYED: [fn(KeyRing) -> Integrity; 3] =
+    [Integrity::Keyed, Integrity::Gmac, Integrity::Encrypted];
 
 #[test]
 fn a_key_rollover_in_the_middle_of_a_channel_loses_nothing() {

@@ -128,6 +128,14 @@ fn keyed_batches_send_payloads_from_their_blocks() {
 }
 
 #[test]
+fn gmac_batches_send_payloads_from_their_blocks() {
+    let ring = KeyRing::new((3, Secret::new([5; 32])), None).unwrap();
+    let (complete, files, gathered) = transfer(&Integrity::Gmac(ring));
+    assert!(complete == files, "the channels differ from what was sent");
+    assert!(gathered > 200, "{gathered} symbols gathered");
+}
+
+#[test]
 fn encrypted_batches_are_whole_datagrams() {
     let ring = KeyRing::new((1, Secret::new([9; 32])), None).unwrap();
     let (complete, files, gathered) = transfer(&Integrity::Encrypted(ring));

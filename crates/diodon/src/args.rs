@@ -5,7 +5,7 @@ mod link;
 mod packets;
 mod transfer;
 
-pub use link::{LinkArgs, SandboxArgs};
+pub use link::{LinkArgs, MacArg, SandboxArgs};
 pub use packets::{AgentArgs, FlowArg, TapArgs, TunnelArgs, TunnelCommand, TunnelSendArgs};
 pub use transfer::{RecvArgs, SendArgs, SyncArgs};
 

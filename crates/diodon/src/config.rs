@@ -11,7 +11,7 @@
 use crate::args::{LinkArgs, RecvArgs, SendArgs, DEFAULT_RATE};
 use anyhow::{anyhow, bail, Context, Result};
 use diodon_apps::held::HeldLimits;
-use diodon_apps::key_file::{read_keys, KeyReload};
+use diodon_apps::key_file::KeyReload;
 use diodon_apps::quarantine::{QuarantineBytes, QuarantineLimits, DEFAULT_MAX_ENTRIES};
 use diodon_proto::fec_plan::{
     choose_repair, default_block, file_failure, LossModel, TARGET_FILE_BYTES,
@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod file;
+mod integrity;
 mod links;
 pub use file::{FileConfig, LinkTable};
 pub use links::links;
@@ -73,7 +74,14 @@ impl Link {
             Some(pct) => bail!("--expected-loss {pct} is not a percentage below 100"),
             None => None,
         };
-        let (integrity, next_key_after) = integrity(a, f)?;
+        let integrity = integrity::integrity(a, f)?;
+        let next_key_after = pick(a.next_key_after.as_ref(), f.next_key_after.as_ref())
+            .map(|d| duration(&d))
+            .transpose()
+            .context("next-key-after")?;
+        if next_key_after.is_some() && integrity.key_ring().and_then(KeyRing::next_id).is_none() {
+            bail!("--next-key-after needs a key file with a `next ID HEX` line");
+        }
         let beacon = a.beacon.or(f.beacon).unwrap_or(250);
         if beacon == 0 {
             bail!("--beacon must be at least 1 ms");
@@ -155,26 +163,6 @@ impl Link {
             self.integrity.tag_len(),
         )?)
     }
-}
-
-/// The integrity mode (`--key-file`, `--encrypt`) and when the sender
-/// switches to the next key (`--next-key-after`).
-fn integrity(a: &LinkArgs, f: &FileConfig) -> Result<(Integrity, Option<Duration>)> {
-    let encrypt = a.encrypt || f.encrypt.unwrap_or(false);
-    let integrity = match (a.key_file.as_ref().or(f.key_file.as_ref()), encrypt) {
-        (Some(p), true) => Integrity::Encrypted(read_keys(p)?),
-        (Some(p), false) => Integrity::Keyed(read_keys(p)?),
-        (None, true) => bail!("--encrypt needs --key-file (the pre-shared key)"),
-        (None, false) => Integrity::Crc32c,
-    };
-    let next_key_after = pick(a.next_key_after.as_ref(), f.next_key_after.as_ref())
-        .map(|d| duration(&d))
-        .transpose()
-        .context("next-key-after")?;
-    if next_key_after.is_some() && integrity.key_ring().and_then(KeyRing::next_id).is_none() {
-        bail!("--next-key-after needs a key file with a `next ID HEX` line");
-    }
-    Ok((integrity, next_key_after))
 }
 
 /// Merges an optional flag over the file's value.

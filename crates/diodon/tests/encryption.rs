@@ -149,6 +149,38 @@ fn warnings<'a>(logs: &'a [Value], needle: &str) -> Vec<&'a str> {
 }
 
 #[test]
+fn a_signed_link_uses_aes_gmac_unless_told_blake3_and_the_receiver_takes_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = plaintext(300_000);
+    let file = dir.path().join("signed.txt");
+    std::fs::write(&file, &data).unwrap();
+    let key = write(dir.path(), "link.key", KEY_A);
+    for (mac, flags) in [
+        (None, [0u8, 5]),
+        (Some("blake3"), [0, 1]),
+        (Some("aes-gmac"), [0, 5]),
+    ] {
+        let out = dir.path().join(format!("out-{}", mac.unwrap_or("default")));
+        let keyed = ["--key-file", key.as_str()];
+        let mut send = keyed.to_vec();
+        send.extend_from_slice(&["--rate", "100mbit"]);
+        if let Some(m) = mac {
+            send.extend_from_slice(&["--mac", m]);
+        }
+        let (code, summary, _, wire) = transfer(&keyed, &send, &file, &out);
+        assert_eq!(code, Some(0), "{mac:?}: {summary:#}");
+        let got = std::fs::read(out.join("signed.txt")).unwrap();
+        assert!(got == data, "{mac:?}: the received file differs");
+        assert!(wire.len() > 200, "{} datagrams captured", wire.len());
+        assert!(
+            wire.iter().all(|d| d[2..4] == flags),
+            "{mac:?}: every datagram's flags are {flags:?}"
+        );
+        assert_eq!(summary["core"]["bad_check"], 0, "{mac:?}: {summary:#}");
+    }
+}
+
+#[test]
 fn an_encrypted_file_arrives_verified_and_its_bytes_are_not_on_the_wire() {
     let dir = tempfile::tempdir().unwrap();
     let data = plaintext(400_000);
@@ -454,10 +486,11 @@ fn keys_read_again_on_sighup_roll_a_running_mac_link_over_and_retire_the_old_key
         w[0]
     );
     let wire = tap.captured();
-    let mac: Vec<&Vec<u8>> = wire.iter().filter(|d| d[3] == 1).collect();
+    // 5: keyed with AES-GMAC, the default MAC (PROTOCOL.md § 3).
+    let mac: Vec<&Vec<u8>> = wire.iter().filter(|d| d[3] == 5).collect();
     assert_eq!(
         mac.len(),
         wire.len(),
-        "every datagram MAC-keyed, none encrypted"
+        "every datagram signed with AES-GMAC, none encrypted"
     );
 }

@@ -71,6 +71,8 @@ pub struct FileConfig {
     pub key_file: Option<PathBuf>,
     /// `encrypt` (both sides).
     pub encrypt: Option<bool>,
+    /// `mac` (senders): `aes-gmac` or `blake3`.
+    pub mac: Option<crate::args::MacArg>,
     /// `next-key-after` (senders): a duration such as `90s`.
     pub next_key_after: Option<String>,
     pub(crate) beacon: Option<u64>,

@@ -216,9 +216,10 @@ fn encrypt_needs_a_key_and_a_rollover_needs_a_next_key() {
         link.integrity.key_ring().map(KeyRing::next_id),
         Some(Some(5))
     );
-    // Without --encrypt the ring's keys are the MAC's, and it rolls over too.
+    // Without --encrypt the ring's keys are the MAC's (AES-GMAC unless
+    // told otherwise), and it rolls over too.
     let link = merge(&with(&ring, "next-key-after = \"90s\"")).unwrap();
-    assert!(matches!(&link.integrity, Integrity::Keyed(r)
+    assert!(matches!(&link.integrity, Integrity::Gmac(r)
         if r.current_id() == 4 && r.next_id() == Some(5)));
 }
 
