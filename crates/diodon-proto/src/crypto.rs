@@ -20,7 +20,9 @@
 //! cipher's key schedule when it frees it); tags are compared in constant
 //! time.
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
+use aws_lc_rs::aead::{
+    Aad, Algorithm, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, CHACHA20_POLY1305,
+};
 use thiserror::Error;
 use zeroize::{Zeroize, Zeroizing};
 
@@ -211,50 +213,75 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 #[error("the datagram does not open with this key (wrong key, or altered)")]
 pub struct OpenError;
 
-/// The AEAD of one session under one key id.
-pub struct SessionCipher {
-    cipher: LessSafeKey,
+/// An AWS-LC key of one session under one key id, derived from the
+/// pre-shared key with a context of its own per use.
+struct SessionKey {
+    key: LessSafeKey,
     session: u64,
     key_id: u8,
 }
 
-impl std::fmt::Debug for SessionCipher {
+impl std::fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionCipher")
+        f.debug_struct("SessionKey")
             .field("session", &format_args!("{:016x}", self.session))
             .field("key_id", &self.key_id)
             .finish_non_exhaustive()
     }
 }
 
-impl SessionCipher {
-    /// Derives the session key of `session` from `psk` (with its `key_id`).
-    pub fn derive(psk: &Secret, session: u64, key_id: u8) -> Self {
-        let key = session_key(psk, session, key_id);
-        SessionCipher {
-            cipher: LessSafeKey::new(
-                UnboundKey::new(&CHACHA20_POLY1305, &key[..])
-                    .expect("a 32-byte key is ChaCha20-Poly1305's key length"),
+impl SessionKey {
+    /// The `algorithm` key of `session` (and `key_id`) derived from `psk`
+    /// with `context` (both algorithms here take a 32-byte key).
+    fn derive(
+        context: &str,
+        algorithm: &'static Algorithm,
+        psk: &Secret,
+        session: u64,
+        key_id: u8,
+    ) -> Self {
+        let key = derive_session_key(context, psk, session, key_id);
+        SessionKey {
+            key: LessSafeKey::new(
+                UnboundKey::new(algorithm, &key[..]).expect("a 32-byte key for a 256-bit cipher"),
             ),
             session,
             key_id,
         }
     }
+}
+
+/// The AEAD of one session under one key id.
+#[derive(Debug)]
+pub struct SessionCipher(SessionKey);
+
+impl SessionCipher {
+    /// Derives the session key of `session` from `psk` (with its `key_id`).
+    pub fn derive(psk: &Secret, session: u64, key_id: u8) -> Self {
+        SessionCipher(SessionKey::derive(
+            DERIVE_CONTEXT,
+            &CHACHA20_POLY1305,
+            psk,
+            session,
+            key_id,
+        ))
+    }
 
     /// The key id datagrams sealed with this cipher carry.
     pub fn key_id(&self) -> u8 {
-        self.key_id
+        self.0.key_id
     }
 
     /// The session it belongs to.
     pub fn session(&self) -> u64 {
-        self.session
+        self.0.session
     }
 
     /// Encrypts `body` in place with `header` as associated data; returns the tag.
     pub fn seal(&self, seq: u64, header: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
         let tag = self
-            .cipher
+            .0
+            .key
             .seal_in_place_separate_tag(
                 Nonce::assume_unique_for_key(nonce(seq)),
                 Aad::from(header),
@@ -279,7 +306,8 @@ impl SessionCipher {
         if tag.len() != TAG_LEN || ciphertext.len() != out.len() {
             return Err(OpenError);
         }
-        self.cipher
+        self.0
+            .key
             .open_separate_gather(
                 Nonce::assume_unique_for_key(nonce(seq)),
                 Aad::from(header),
@@ -297,43 +325,29 @@ impl SessionCipher {
 /// datagram's sequence number (PROTOCOL.md § 4.5). AES-NI and carry-less
 /// multiply make it 7–14× cheaper per datagram than BLAKE3's keyed hash on
 /// this project's machine (BENCHMARKS.md, "Encryption").
-pub struct SessionMac {
-    key: LessSafeKey,
-    session: u64,
-    key_id: u8,
-}
-
-impl std::fmt::Debug for SessionMac {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionMac")
-            .field("session", &format_args!("{:016x}", self.session))
-            .field("key_id", &self.key_id)
-            .finish_non_exhaustive()
-    }
-}
+#[derive(Debug)]
+pub struct SessionMac(SessionKey);
 
 impl SessionMac {
     /// Derives the AES-GMAC key of `session` from `psk` (with its `key_id`).
     pub fn derive(psk: &Secret, session: u64, key_id: u8) -> Self {
-        let key = derive_session_key(GMAC_DERIVE_CONTEXT, psk, session, key_id);
-        SessionMac {
-            key: LessSafeKey::new(
-                UnboundKey::new(&AES_256_GCM, &key[..])
-                    .expect("a 32-byte key is AES-256's key length"),
-            ),
+        SessionMac(SessionKey::derive(
+            GMAC_DERIVE_CONTEXT,
+            &AES_256_GCM,
+            psk,
             session,
             key_id,
-        }
+        ))
     }
 
     /// The key id the tagged datagrams carry.
     pub fn key_id(&self) -> u8 {
-        self.key_id
+        self.0.key_id
     }
 
     /// The session it belongs to.
     pub fn session(&self) -> u64 {
-        self.session
+        self.0.session
     }
 
     /// The tag of the datagram with sequence number `seq` whose covered
@@ -346,6 +360,7 @@ impl SessionMac {
         }
         let seal = |aad: &[u8]| {
             let tag = self
+                .0
                 .key
                 .seal_in_place_separate_tag(
                     Nonce::assume_unique_for_key(nonce(seq)),
@@ -413,25 +428,13 @@ impl CipherCache {
         content: &[u8],
         tag: &[u8],
     ) -> bool {
-        if let Some(mac) = self
-            .macs
-            .iter()
-            .find(|m| m.session == session && m.key_id == key_id)
-        {
-            return mac.matches(seq, content, tag);
-        }
-        let Some(psk) = self.ring.as_ref().and_then(|r| r.key(key_id)) else {
-            return false;
-        };
-        let mac = SessionMac::derive(psk, session, key_id);
-        if !mac.matches(seq, content, tag) {
-            return false;
-        }
-        if self.macs.len() == CACHED {
-            self.macs.remove(0);
-        }
-        self.macs.push(mac);
-        true
+        with_session_key(
+            &mut self.macs,
+            self.ring.as_ref(),
+            (session, key_id),
+            |psk| SessionMac::derive(psk, session, key_id),
+            |mac| mac.matches(seq, content, tag),
+        )
     }
 
     /// Opens like [`SessionCipher::open`] with the cipher of `session` and
@@ -447,26 +450,67 @@ impl CipherCache {
         out: &mut [u8],
         tag: &[u8],
     ) -> Result<(), OpenError> {
-        if let Some(i) = self
-            .entries
-            .iter()
-            .position(|c| c.session == session && c.key_id == key_id)
-        {
-            return self.entries[i].open(seq, header, ciphertext, out, tag);
+        let opened = with_session_key(
+            &mut self.entries,
+            self.ring.as_ref(),
+            (session, key_id),
+            |psk| SessionCipher::derive(psk, session, key_id),
+            |cipher| cipher.open(seq, header, ciphertext, &mut *out, tag).is_ok(),
+        );
+        if opened {
+            Ok(())
+        } else {
+            Err(OpenError)
         }
-        let psk = self
-            .ring
-            .as_ref()
-            .and_then(|r| r.key(key_id))
-            .ok_or(OpenError)?;
-        let cipher = SessionCipher::derive(psk, session, key_id);
-        cipher.open(seq, header, ciphertext, out, tag)?;
-        if self.entries.len() == CACHED {
-            self.entries.remove(0);
-        }
-        self.entries.push(cipher);
-        Ok(())
     }
+}
+
+/// What a cache entry holds: a key of one session under one key id.
+trait OfSession {
+    fn key(&self) -> &SessionKey;
+}
+
+impl OfSession for SessionCipher {
+    fn key(&self) -> &SessionKey {
+        &self.0
+    }
+}
+
+impl OfSession for SessionMac {
+    fn key(&self) -> &SessionKey {
+        &self.0
+    }
+}
+
+/// `check` with the entry of `session` and `key_id` in `entries`, or with
+/// one `derive`d from the ring's key of that id, which `entries` keeps
+/// (dropping its oldest past [`CACHED`]) only if `check` passed; `false`
+/// for a key id the ring does not hold.
+fn with_session_key<T: OfSession>(
+    entries: &mut Vec<T>,
+    ring: Option<&KeyRing>,
+    (session, key_id): (u64, u8),
+    derive: impl FnOnce(&Secret) -> T,
+    mut check: impl FnMut(&T) -> bool,
+) -> bool {
+    if let Some(entry) = entries
+        .iter()
+        .find(|e| e.key().session == session && e.key().key_id == key_id)
+    {
+        return check(entry);
+    }
+    let Some(psk) = ring.and_then(|r| r.key(key_id)) else {
+        return false;
+    };
+    let entry = derive(psk);
+    if !check(&entry) {
+        return false;
+    }
+    if entries.len() == CACHED {
+        entries.remove(0);
+    }
+    entries.push(entry);
+    true
 }
 
 #[cfg(test)]
