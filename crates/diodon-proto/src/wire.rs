@@ -304,6 +304,28 @@ impl Sealer {
         }
     }
 
+    /// The header flags of the datagrams it seals: keyed, the MAC's or
+    /// the cipher's bit, the key id.
+    fn flags(&self) -> u16 {
+        let kind = match self {
+            Sealer::Mac(..) => 0,
+            Sealer::Gmac(_) => FLAG_AES_GMAC,
+            Sealer::Aead(_) => FLAG_ENCRYPTED,
+        };
+        FLAG_KEYED | kind | u16::from(self.key_id()) << 8
+    }
+
+    /// The MAC of the datagram with sequence number `seq` whose covered
+    /// bytes are `pieces`, one after the other; `None` for the AEAD
+    /// (which seals the body instead).
+    fn mac(&self, seq: u64, pieces: &[&[u8]]) -> Option<[u8; MAC_TAG_LEN]> {
+        match self {
+            Sealer::Mac(_, key) => Some(crypto::mac_of_pieces(key, pieces)),
+            Sealer::Gmac(mac) => Some(mac.tag(seq, pieces)),
+            Sealer::Aead(_) => None,
+        }
+    }
+
     /// The key id the sealed datagrams carry.
     pub fn key_id(&self) -> u8 {
         match self {
@@ -1226,40 +1248,32 @@ impl<'a> DatagramRepr<'a> {
     /// # Panics
     /// As [`DatagramRepr::emit`].
     pub fn emit_sealed(&self, buf: &mut [u8], sealer: &Sealer) -> usize {
-        let key_id = u16::from(sealer.key_id()) << 8;
-        match sealer {
-            Sealer::Mac(_, key) => {
-                let total = self.emit_plain(buf, FLAG_KEYED | key_id, MAC_TAG_LEN);
-                let (content, tag) = buf[..total].split_at_mut(total - MAC_TAG_LEN);
-                tag.copy_from_slice(&crypto::mac(key, content));
-                total
-            }
-            Sealer::Gmac(mac) => {
-                debug_assert_eq!(
-                    mac.session(),
-                    self.header.session.0,
-                    "another session's key"
-                );
-                let flags = FLAG_KEYED | FLAG_AES_GMAC | key_id;
-                let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
-                let (content, tag) = buf[..total].split_at_mut(total - MAC_TAG_LEN);
-                tag.copy_from_slice(&mac.tag(self.header.seq, &[content]));
-                total
-            }
-            Sealer::Aead(cipher) => {
-                debug_assert_eq!(
-                    cipher.session(),
-                    self.header.session.0,
-                    "another session's cipher"
-                );
-                let flags = FLAG_KEYED | FLAG_ENCRYPTED | key_id;
-                let total = self.emit_plain(buf, flags, MAC_TAG_LEN);
-                let (header, rest) = buf[..total].split_at_mut(HEADER_LEN);
-                let (body, tag) = rest.split_at_mut(total - HEADER_LEN - MAC_TAG_LEN);
-                tag.copy_from_slice(&cipher.seal(self.header.seq, header, body));
-                total
-            }
+        let total = self.emit_plain(buf, sealer.flags(), MAC_TAG_LEN);
+        if let Sealer::Aead(cipher) = sealer {
+            debug_assert_eq!(
+                cipher.session(),
+                self.header.session.0,
+                "another session's cipher"
+            );
+            let (header, rest) = buf[..total].split_at_mut(HEADER_LEN);
+            let (body, tag) = rest.split_at_mut(total - HEADER_LEN - MAC_TAG_LEN);
+            tag.copy_from_slice(&cipher.seal(self.header.seq, header, body));
+            return total;
         }
+        if let Sealer::Gmac(mac) = sealer {
+            debug_assert_eq!(
+                mac.session(),
+                self.header.session.0,
+                "another session's key"
+            );
+        }
+        let (content, tag) = buf[..total].split_at_mut(total - MAC_TAG_LEN);
+        tag.copy_from_slice(
+            &sealer
+                .mac(self.header.seq, &[content])
+                .expect("a MAC sealer"),
+        );
+        total
     }
 
     /// Writes a data or repair datagram in three pieces of which it
@@ -1286,21 +1300,14 @@ impl<'a> DatagramRepr<'a> {
         let head_len = HEADER_LEN + SYMBOL_HEADER_LEN;
         let (flags, tag_len) = match sealer {
             None => (0, CRC_TAG_LEN),
-            Some(Sealer::Mac(id, _)) => (FLAG_KEYED | (u16::from(*id) << 8), MAC_TAG_LEN),
-            Some(Sealer::Gmac(mac)) => (
-                FLAG_KEYED | FLAG_AES_GMAC | (u16::from(mac.key_id()) << 8),
-                MAC_TAG_LEN,
-            ),
             Some(Sealer::Aead(_)) => return None,
+            Some(mac) => (mac.flags(), MAC_TAG_LEN),
         };
         let head = &mut head[..head_len];
         self.emit_header(head, flags);
         symbol.emit_head(&mut head[HEADER_LEN..]);
-        if let Some(Sealer::Mac(_, key)) = sealer {
-            tail[..MAC_TAG_LEN]
-                .copy_from_slice(&crypto::mac_of_pieces(key, &[head, symbol.payload]));
-        } else if let Some(Sealer::Gmac(mac)) = sealer {
-            tail[..MAC_TAG_LEN].copy_from_slice(&mac.tag(self.header.seq, &[head, symbol.payload]));
+        if let Some(tag) = sealer.and_then(|s| s.mac(self.header.seq, &[head, symbol.payload])) {
+            tail[..MAC_TAG_LEN].copy_from_slice(&tag);
         } else {
             let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
             crc.update(head);
