@@ -38,6 +38,11 @@ const CHECK_FAILURES_FOR_ALARM: u64 = 8;
 /// The window over which failed checks are weighed against accepted datagrams.
 const CHECK_WINDOW: Duration = Duration::from_secs(1);
 
+/// After an overrun alarm, this long without a new kernel drop ends the
+/// episode: the next drop raises a new alarm (a receiver that keeps
+/// falling behind is reported once per episode, not once per batch).
+const OVERRUN_QUIET: Duration = Duration::from_secs(10);
+
 /// What an alarm is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,6 +65,9 @@ pub enum AlarmKind {
     Corruption,
     /// A channel failed.
     ChannelFailed,
+    /// The kernel dropped datagrams on the receiving socket: its buffer was
+    /// full because this receiver did not keep up with the link.
+    ReceiverOverrun,
 }
 
 /// One alarm as the status shows it.
@@ -86,6 +94,7 @@ diodon_counters::counters! {
         alarms_wrong_key: counter Count "alarms_wrong_key" "Episodes of datagrams failing their MAC with none accepted (the keys differ).",
         alarms_corruption: counter Count "alarms_corruption" "Episodes of datagrams failing their CRC32C with none accepted.",
         alarms_channel_failed: counter Count "alarms_channel_failed" "Channels failed.",
+        alarms_receiver_overrun: counter Count "alarms_receiver_overrun" "Episodes of the kernel dropping datagrams on the receiving socket (its buffer full: this receiver did not keep up with the link).",
     }
 }
 
@@ -97,7 +106,7 @@ pub struct LinkHealth {
     started_unix_ms: AtomicU64,
     session: AtomicU64,
     session_started_unix_ms: AtomicU64,
-    alarms: [AtomicU64; 6],
+    alarms: [AtomicU64; 7],
     recent: Mutex<VecDeque<Alarm>>,
 }
 
@@ -125,6 +134,7 @@ impl LinkHealth {
             AlarmKind::WrongKey => Some(3),
             AlarmKind::Corruption => Some(4),
             AlarmKind::ChannelFailed => Some(5),
+            AlarmKind::ReceiverOverrun => Some(6),
             AlarmKind::LinkUp | AlarmKind::NewSession => None,
         }
     }
@@ -148,6 +158,7 @@ impl LinkHealth {
             alarms_wrong_key: a(3),
             alarms_corruption: a(4),
             alarms_channel_failed: a(5),
+            alarms_receiver_overrun: a(6),
         }
     }
 
@@ -214,6 +225,10 @@ pub struct HealthMonitor {
     window_accepted: u64,
     bad_check: u64,
     integrity_alarmed: bool,
+    /// The socket's kernel drops seen so far.
+    socket_drops: u64,
+    /// When the kernel last dropped, while an overrun episode lasts.
+    overrun_since: Option<Timestamp>,
 }
 
 impl HealthMonitor {
@@ -244,6 +259,8 @@ impl HealthMonitor {
             window_accepted: 0,
             bad_check: 0,
             integrity_alarmed: false,
+            socket_drops: 0,
+            overrun_since: None,
         }
     }
 
@@ -322,6 +339,46 @@ impl HealthMonitor {
                 };
                 health.raise(wall_ms, kind, message);
             }
+        }
+    }
+
+    /// Looks at the receiving socket's kernel drops at `now` (`total`: all
+    /// so far; `rcvbuf`: the buffer the kernel granted, bytes). New drops
+    /// start an overrun episode with one alarm; [`OVERRUN_QUIET`] without
+    /// a drop ends it.
+    pub fn observe_socket(
+        &mut self,
+        health: &LinkHealth,
+        now: Timestamp,
+        wall_ms: u64,
+        total: u64,
+        rcvbuf: usize,
+    ) {
+        let new = total.saturating_sub(self.socket_drops);
+        self.socket_drops = self.socket_drops.max(total);
+        if new == 0 {
+            if self
+                .overrun_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= OVERRUN_QUIET)
+            {
+                self.overrun_since = None;
+            }
+            return;
+        }
+        let ongoing = self.overrun_since.replace(now).is_some();
+        if !ongoing {
+            let packets = if new == 1 { "packet" } else { "packets" };
+            health.raise(
+                wall_ms,
+                AlarmKind::ReceiverOverrun,
+                format!(
+                    "receiver overrun: the kernel dropped {new} {packets} on this receiver's socket \
+                     ({total} in all) because its receive buffer ({rcvbuf} bytes) was full: this \
+                     receiver does not keep up with the link. Repair symbols cover such losses \
+                     only while they last; pace the sender below this receiver's rate \
+                     (send --rate), or give the receiver a larger --rcvbuf or a faster core"
+                ),
+            );
         }
     }
 
@@ -438,6 +495,37 @@ mod tests {
             bad_check,
             ..ReceiverStats::default()
         }
+    }
+
+    #[test]
+    fn kernel_drops_raise_one_overrun_alarm_per_episode() {
+        let h = LinkHealth::default();
+        let mut m = HealthMonitor::new(&h, Duration::from_secs(5), false, at(0), 1_000_000);
+        m.observe_socket(&h, at(100), 1_000_100, 0, 1 << 20);
+        assert_eq!(h.counters(1_000_100).alarms_receiver_overrun, 0);
+        // Drops in several batches of one episode: one alarm.
+        m.observe_socket(&h, at(200), 1_000_200, 40, 1 << 20);
+        m.observe_socket(&h, at(300), 1_000_300, 90, 1 << 20);
+        m.observe_socket(&h, at(9_000), 1_009_000, 90, 1 << 20);
+        m.observe_socket(&h, at(9_100), 1_009_100, 95, 1 << 20);
+        assert_eq!(h.counters(1_009_100).alarms_receiver_overrun, 1);
+        let st = h.status();
+        let alarm = &st.recent_alarms[0];
+        assert_eq!(alarm.kind, AlarmKind::ReceiverOverrun);
+        assert!(
+            alarm.message.contains("dropped 40 packets")
+                && alarm.message.contains("1048576 bytes")
+                && alarm.message.contains("--rate"),
+            "{}",
+            alarm.message
+        );
+        // Ten quiet seconds end the episode; the next drop is a new alarm.
+        m.observe_socket(&h, at(19_100), 1_019_100, 95, 1 << 20);
+        m.observe_socket(&h, at(19_200), 1_019_200, 96, 1 << 20);
+        assert_eq!(h.counters(1_019_200).alarms_receiver_overrun, 2);
+        assert!(h.status().recent_alarms[1]
+            .message
+            .contains("dropped 1 packet on"));
     }
 
     #[test]

@@ -456,7 +456,7 @@ pub fn run_receiver_on<S: Sink>(
         .spawn(move || writer_loop(sink, &ev_rx, &fail_tx, &writer_progress, list))
         .map_err(|_| PipelineError::Thread("writer"))?;
 
-    let mut dec = Decoder::new(opts, clock, ev_tx, progress, S::admit);
+    let mut dec = Decoder::new(opts, clock, ev_tx, progress, S::admit, setup.rcvbuf);
     let result = dec.run(
         opts.once,
         opts.expect_channels,
@@ -669,6 +669,8 @@ struct Decoder {
     last_now: Timestamp,
     published: Timestamp,
     drops: u64,
+    /// The socket's receive buffer as the kernel granted it (bytes).
+    rcvbuf: usize,
     progress: Arc<RecvProgress>,
     admit: fn(&ChannelMeta) -> Result<(), Refusal>,
     monitor: HealthMonitor,
@@ -689,6 +691,7 @@ impl Decoder {
         ev_tx: SyncSender<SinkEvent>,
         progress: &Arc<RecvProgress>,
         admit: fn(&ChannelMeta) -> Result<(), Refusal>,
+        rcvbuf: usize,
     ) -> Self {
         let start = clock.now();
         let monitor = HealthMonitor::new(
@@ -717,6 +720,7 @@ impl Decoder {
             last_now: Timestamp::ZERO,
             published: Timestamp::ZERO,
             drops: 0,
+            rcvbuf,
             progress: Arc::clone(progress),
             admit,
             monitor,
@@ -799,6 +803,13 @@ impl Decoder {
             let wall = unix_time_ms();
             self.monitor
                 .observe(&self.progress.health, core_now, wall, &stats);
+            self.monitor.observe_socket(
+                &self.progress.health,
+                core_now,
+                wall,
+                self.drops,
+                self.rcvbuf,
+            );
             if core_now.saturating_duration_since(self.sampled) >= Duration::from_secs(1) {
                 self.sampled = core_now;
                 let drops = self.progress.socket_drops.load(Ordering::Relaxed);

@@ -655,6 +655,22 @@ impl RecvSummary {
         }
     }
 
+    /// Failed channels on a receiver whose socket overflowed: not every
+    /// loss was the link's, and the cure is on this side.
+    fn overrun_text(&self, s: &mut String) {
+        let dropped = self.socket.get("dropped_packets");
+        if self.channels_failed > 0 && dropped > 0 {
+            let _ = writeln!(
+                s,
+                "  the kernel dropped {dropped} packets on this receiver's socket (its buffer of \
+                 {} bytes was full: this receiver fell behind the link), so not every loss was \
+                 the link's: pace the sender lower (send --rate) or give the receiver a larger \
+                 --rcvbuf",
+                self.rcvbuf
+            );
+        }
+    }
+
     /// The tap packets' lines of [`RecvSummary::text`].
     fn packet_text(&self, s: &mut String) {
         if let Some(p) = &self.packet_sink {
@@ -737,6 +753,7 @@ impl RecvSummary {
             "  channels complete {}, failed {}",
             self.channels_complete, self.channels_failed
         );
+        self.overrun_text(&mut s);
         if self.channels_unlisted > 0 {
             let _ = writeln!(
                 s,
@@ -768,13 +785,18 @@ impl RecvSummary {
                 }
             }
         }
+        self.notes_text(&mut s);
+        s
+    }
+
+    /// The configuration mismatches and setup warnings, one line each.
+    fn notes_text(&self, s: &mut String) {
         for m in &self.mismatches {
             let _ = writeln!(s, "  configuration mismatch: {m}");
         }
         for w in &self.warnings {
             let _ = writeln!(s, "  warning: {w}");
         }
-        s
     }
 }
 
@@ -923,6 +945,21 @@ mod tests {
         assert_eq!(back.exit(false), Exit::Success);
         assert!(back.text().contains("missing 7 recovered 5"));
         assert!(!back.text().contains("mirror:"), "a one-shot receiver");
+        assert!(
+            !back.text().contains("fell behind"),
+            "drops without a failed channel are only counted"
+        );
+        let failed = RecvSummary {
+            channels_failed: 1,
+            ..back
+        };
+        assert!(
+            failed.text().contains(
+                "the kernel dropped 2 packets on this receiver's socket (its buffer of 1048576 bytes"
+            ),
+            "{}",
+            failed.text()
+        );
     }
 
     #[test]

@@ -374,3 +374,77 @@ fn timeout_ends_a_receiver_that_hears_nothing_with_exit_4() {
     assert_eq!(w.len(), 1, "{logs:#?}");
     assert_eq!(warnings(&logs, "nothing arrived").len(), 1, "{logs:#?}");
 }
+
+#[test]
+fn a_receiver_that_falls_behind_says_so_once() {
+    // The receiver is stopped (SIGSTOP) for half a second while the sender
+    // goes on at 200 Mbit/s: its 256 KiB socket buffer overflows and the
+    // kernel drops what does not fit. That is one overrun episode: one
+    // alarm, one sentence that names the cure.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.bin");
+    std::fs::write(&file, vec![3u8; 30_000_000]).unwrap();
+    let data = diodon_testkit::free_udp().to_string();
+    let out = dir.path().join("out");
+    let rx = spawn_receiver(
+        None,
+        &[
+            "recv",
+            "--listen",
+            &data,
+            "--once",
+            "--timeout",
+            "10",
+            "--alarm-silence",
+            "30",
+            "--rcvbuf",
+            "262144",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let mut reaper = KillOnDrop(vec![rx.id()]);
+    sleep(300);
+    let mut tx = diodon(None, &["send", "--to", &data, "--rate", "200mbit"])
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    reaper.0.push(tx.id());
+    sleep(200);
+    let pid = rx.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    sleep(500);
+    signal("-CONT");
+    assert!(
+        tx.wait().unwrap().code().is_some(),
+        "sender ended by a signal"
+    );
+    let (_, summary, logs) = finish(rx);
+    assert!(
+        summary["socket"]["dropped_packets"].as_u64().unwrap_or(0) > 0,
+        "the kernel dropped nothing: {summary:#}"
+    );
+    assert_eq!(link(&summary, "alarms_receiver_overrun"), 1, "{summary:#}");
+    assert!(alarm_kinds(&summary).contains(&"receiver_overrun".to_owned()));
+    let w = warnings(&logs, "receiver overrun");
+    assert_eq!(w.len(), 1, "{logs:#?}");
+    assert!(
+        w[0].contains("262144") || w[0].contains("524288"),
+        "the buffer the kernel granted: {}",
+        w[0]
+    );
+    assert!(
+        w[0].contains("--rate") && w[0].contains("--rcvbuf"),
+        "{}",
+        w[0]
+    );
+}
