@@ -19,7 +19,7 @@
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
 #                              [--loss PCT [--loss-burst LEN]] [--rate RATE]
 #                              [--baseline GIT-REV] [--send-args "ARGS"] [--integrity MODE]
-#                              [--perf DIR] [--no-record]
+#                              [--cores shared|split] [--perf DIR] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
 # Diodon alternately with this one on the same testbed, then prints the medians
@@ -35,6 +35,16 @@
 # --loss PCT drops PCT % of the link's datagrams at random (testbed.sh --loss), the
 # ceiling's as well as Diodon's; with --loss-burst LEN in bursts of LEN consecutive
 # datagrams (a receive-ring overflow, a lost GSO super-packet).
+# --cores shared (default): both sides float over both cores; a veth runs the receiving
+# side's kernel input inside the sender's sendmsg, on the sender's clock.
+# --cores pinned: the sender (and the blaster) on core 0, the receiver (and the sink) on
+# core 1 (taskset): one core per side; the receiving side's kernel input still on core 0.
+# --cores split: as pinned, and the receiving namespace's IP/UDP input steered to core 1
+# (RPS on rx0): two hosts of one core each. On this project's VM, steering together with
+# the --loss rule cost core 1 about 3.5 s/GB more at MTU 1500 and capped the sink near
+# 1.8 Gbit/s: read split figures with that in mind (BENCHMARKS.md, 2026-11-27).
+# Every run also reports each core's busy time from /proc/stat (every task, softirq
+# included): nothing the kernel does off the processes' clocks is left out.
 # --perf DIR profiles this version's first run per MTU on both sides (perf record, 999 Hz,
 # call graphs) and writes DIR/mtuM-{send,recv}.txt: the share of each thread and of each
 # function (kernel and user space), the profile that explains a CPU figure. Sampling costs
@@ -57,6 +67,7 @@ SEND_ARGS=
 PERF_DIR=
 LOSS_ARGS=()
 INTEGRITY=crc
+CORES=shared
 BASE_BIN=
 BASE_LABEL=
 STATUS=0
@@ -77,6 +88,7 @@ while [[ $# -gt 0 ]]; do
     --baseline) BASELINE=${2:?}; shift 2 ;;
     --send-args) SEND_ARGS=${2:?}; shift 2 ;;
     --integrity) INTEGRITY=${2:?}; shift 2 ;;
+    --cores) CORES=${2:?}; shift 2 ;;
     --loss) LOSS_ARGS+=(--loss "${2:?}"); shift 2 ;;
     --loss-burst) LOSS_ARGS+=(--loss-burst "${2:?}"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -84,6 +96,23 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ $(id -u) -eq 0 ]] || { echo "bench-link: must run as root" >&2; exit 1; }
+TX_PIN=()
+RX_PIN=()
+case $CORES in
+shared) ;;
+pinned | split)
+    [[ $(nproc) -ge 2 ]] || { echo "bench-link: --cores $CORES needs two cores, this machine has $(nproc)" >&2; exit 2; }
+    command -v taskset >/dev/null || { echo "bench-link: --cores $CORES needs taskset (apt install util-linux)" >&2; exit 2; }
+    TX_PIN=(taskset -c 0)
+    RX_PIN=(taskset -c 1)
+    ;;
+*) echo "bench-link: --cores is shared, pinned or split, not $CORES" >&2; exit 2 ;;
+esac
+# Busy ticks of cores 0 and 1 (user, nice, system, irq, softirq; not idle, iowait or steal).
+core_ticks() {
+    awk '$1 == "cpu0" || $1 == "cpu1" { printf "%d ", $2 + $3 + $4 + $7 + $8 }' /proc/stat
+}
+TICKS_PER_S=$(getconf CLK_TCK)
 
 (cd "$ROOT" && cargo build --release -q -p diodon --bins)
 BIN="$TARGET/release/diodon"
@@ -137,14 +166,17 @@ run_diodon() {
         perf_rx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-recv.data" --)
         perf_tx=(perf record -q -F 999 -g -o "$PERF_DIR/mtu$mtu-send.data" --)
     fi
-    "$TB" exec rx "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate "$RATE" --mtu "$mtu" \
+    local ticks_before ticks_after
+    ticks_before=$(core_ticks)
+    "$TB" exec rx "${RX_PIN[@]}" "${perf_rx[@]}" "$bin" recv --listen "$RX_IP:7700" --once --json --rate "$RATE" --mtu "$mtu" \
         "${KEY_ARGS[@]}" --out "$WORK/out" >"$WORK/recv.json" 2>"$WORK/recv.log" &
     local recv_pid=$!
     sleep 0.5
     # shellcheck disable=SC2086 # SEND_ARGS is split into words on purpose
-    "$TB" exec tx "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate "$RATE" --repair "$REPAIR" \
+    "$TB" exec tx "${TX_PIN[@]}" "${perf_tx[@]}" "$bin" send --to "$RX_IP:7700" --json --rate "$RATE" --repair "$REPAIR" \
         --mtu "$mtu" "${KEY_ARGS[@]}" $SEND_ARGS "$WORK/random.bin" >"$WORK/send.json" 2>"$WORK/send.log" || true
     wait "$recv_pid" || true
+    ticks_after=$(core_ticks)
     if [[ ${#perf_tx[@]} -gt 0 ]]; then
         local side
         for side in send recv; do
@@ -161,9 +193,11 @@ run_diodon() {
     got=$(sha256sum "$WORK/out/random.bin" 2>/dev/null | cut -d' ' -f1 || true)
     [[ $got == "$SHA" ]] && sha_ok=identical || sha_ok=DIFFERENT
     guard=$("$TB" status | awk '$1 == "counter" && $2 == "rx" && $3 == "egress_dropped" {print $5}')
-    python3 - "$label" "$mtu" "$run" "$WORK" "$sha_ok" "${guard:-}" >>"$RESULTS" <<'EOF'
+    python3 - "$label" "$mtu" "$run" "$WORK" "$sha_ok" "${guard:-}" "$ticks_before" "$ticks_after" "$TICKS_PER_S" >>"$RESULTS" <<'EOF'
 import json, sys
 label, mtu, run, work, sha_ok, guard = sys.argv[1:7]
+before, after = ([int(x) for x in a.split()] for a in sys.argv[7:9])
+core_s = [(b - a) / int(sys.argv[9]) for a, b in zip(before, after)]
 def last_json(path):
     try:
         lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
@@ -182,7 +216,7 @@ print(json.dumps({
     "missing": core.get("missing"),
     "recovered": core.get("recovered_symbols", core.get("recovered")),
     "verified": rx.get("channels_complete") == 1 and rx.get("channels_failed") == 0,
-    "sha": sha_ok, "guard": guard or None,
+    "sha": sha_ok, "guard": guard or None, "core_s": core_s,
 }))
 EOF
 }
@@ -190,16 +224,26 @@ EOF
 for mtu in $MTUS; do
     "$TB" up --mtu "$mtu" "${LOSS_ARGS[@]}" >&2
     payload=$((mtu - 28))
+    if [[ $CORES == split ]]; then
+        # The receiving host's kernel input on the receiver's core.
+        "$TB" exec rx sh -c 'echo 2 >/sys/class/net/rx0/queues/rx-0/rps_cpus'
+        [[ $("$TB" exec rx cat /sys/class/net/rx0/queues/rx-0/rps_cpus) =~ ^0*2$ ]] ||
+            { echo "bench-link: could not steer rx0's input to core 1 (RPS)" >&2; exit 1; }
+    fi
 
     echo "bench-link: MTU $mtu raw ceiling ($BLAST_SECS s blast, $payload-byte datagrams)" >&2
-    "$TB" exec rx "$BLAST" sink "$RX_IP:7799" >"$WORK/sink.json" &
+    blast_before=$(core_ticks)
+    "$TB" exec rx "${RX_PIN[@]}" "$BLAST" sink "$RX_IP:7799" >"$WORK/sink.json" &
     sink_pid=$!
     sleep 0.5
-    "$TB" exec tx "$BLAST" send "$RX_IP:7799" "$payload" "$BLAST_SECS" >"$WORK/blast.json"
+    "$TB" exec tx "${TX_PIN[@]}" "$BLAST" send "$RX_IP:7799" "$payload" "$BLAST_SECS" >"$WORK/blast.json"
     wait "$sink_pid"
-    python3 - "$mtu" "$WORK" >>"$RESULTS" <<'EOF'
+    blast_after=$(core_ticks)
+    python3 - "$mtu" "$WORK" "$blast_before" "$blast_after" "$TICKS_PER_S" >>"$RESULTS" <<'EOF'
 import json, sys
 mtu, work = sys.argv[1:3]
+before, after = ([int(x) for x in a.split()] for a in sys.argv[3:5])
+core_s = [(b - a) / int(sys.argv[5]) for a, b in zip(before, after)]
 def last_json(path):
     lines = [l for l in open(path).read().splitlines() if l.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -211,7 +255,12 @@ def per_gb(side):
     return side["cpu_s"] / (b / 1e9) if b and "cpu_s" in side else None
 print(json.dumps({"kind": "ceiling", "mtu": int(mtu), "sent_mbps": blast.get("mbps", 0.0),
                   "mbps": sink.get("mbps", 0.0), "drops": sink.get("socket_drops"),
-                  "send_floor": per_gb(blast), "recv_floor": per_gb(sink)}))
+                  "send_floor": per_gb(blast), "recv_floor": per_gb(sink),
+                  # Each core's busy seconds over the blast: core 0 per GB the blaster
+                  # sent, core 1 per GB the sink received (with --cores shared both
+                  # cores carry both sides).
+                  "core_floor": [c / (side.get("bytes", 0) / 1e9) if side.get("bytes") else None
+                                 for c, side in zip(core_s, (blast, sink))]}))
 EOF
 
     run_diodon warm-up "$BIN" "$mtu" 0
@@ -232,32 +281,43 @@ rows = [json.loads(l) for l in open(path)]
 gb = size / 1e9
 ceilings = {r["mtu"]: r for r in rows if r["kind"] == "ceiling"}
 runs = [r for r in rows if r["kind"] == "diodon"]
-out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | floor send / recv CPU s/GB (blast / sink) | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
-       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | core 0 / core 1 busy s/GB (every task) | floor send / recv CPU s/GB (blast / sink) | floor core 0 / core 1 | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 def floor(mtu):
     c = ceilings.get(mtu, {})
     f = [c.get("send_floor"), c.get("recv_floor")]
     return " / ".join("?" if x is None else f"{x:.2f}" for x in f)
+def pair(xs):
+    return " / ".join("?" if x is None else f"{x:.2f}" for x in (xs or [None, None]))
+def core_floor(mtu):
+    return pair(ceilings.get(mtu, {}).get("core_floor"))
+def cores(r):
+    return pair([c / gb for c in r["core_s"]] if r.get("core_s") else None)
 for r in runs:
     c = ceilings.get(r["mtu"], {}).get("mbps", 0.0)
     ratio = r["goodput_mbps"] / c * 100 if c else 0.0
     verdict = "verified" if r["verified"] else "FAILED"
     out.append("| " + " | ".join(str(x) for x in [
         r["mtu"], r["label"], r["run"], f"{c:.0f}", f"{r['goodput_mbps']:.0f}", f"{ratio:.0f} %",
-        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", floor(r["mtu"]), r["socket_drops"], r["missing"],
+        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", cores(r), floor(r["mtu"]), core_floor(r["mtu"]),
+        r["socket_drops"], r["missing"],
         r["recovered"], f"{verdict}, {r['sha']}", r["guard"] or "?"]) + " |")
 labels = [l for l in ("this", base_label) if l and any(r["label"] == l for r in runs)]
 if len(labels) == 2:
     out += ["", f"Medians per MTU, this version against {base_label} (same run, alternating):", "",
-            "| MTU | goodput this / base Mbit/s | ratio | send CPU s/GB this / base | recv CPU s/GB this / base |",
-            "|---|---|---|---|---|"]
+            "| MTU | goodput this / base Mbit/s | ratio | send CPU s/GB this / base | recv CPU s/GB this / base | core 0 busy s/GB this / base | core 1 busy s/GB this / base |",
+            "|---|---|---|---|---|---|---|"]
     for mtu in sorted({r["mtu"] for r in runs}):
         med = {l: {k: statistics.median(r[k] for r in runs if r["mtu"] == mtu and r["label"] == l)
                    for k in ("goodput_mbps", "send_cpu_s", "recv_cpu_s")} for l in labels}
+        for l in labels:
+            for i in (0, 1):
+                med[l][f"core{i}"] = statistics.median(r["core_s"][i] for r in runs if r["mtu"] == mtu and r["label"] == l)
         a, b = med["this"], med[base_label]
         ratio = a["goodput_mbps"] / b["goodput_mbps"] if b["goodput_mbps"] else 0.0
         out.append(f"| {mtu} | {a['goodput_mbps']:.0f} / {b['goodput_mbps']:.0f} | {ratio:.2f} | "
-                   f"{a['send_cpu_s'] / gb:.2f} / {b['send_cpu_s'] / gb:.2f} | {a['recv_cpu_s'] / gb:.2f} / {b['recv_cpu_s'] / gb:.2f} |")
+                   f"{a['send_cpu_s'] / gb:.2f} / {b['send_cpu_s'] / gb:.2f} | {a['recv_cpu_s'] / gb:.2f} / {b['recv_cpu_s'] / gb:.2f} | "
+                   f"{a['core0'] / gb:.2f} / {b['core0'] / gb:.2f} | {a['core1'] / gb:.2f} / {b['core1'] / gb:.2f} |")
 print("\n".join(out))
 EOF
 )
@@ -277,7 +337,7 @@ if [[ $RECORD == yes ]]; then
         echo
         echo "### $(date -u '+%Y-%m-%d %H:%M UTC') — $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
         echo
-        echo "Command: \`$CMDLINE\` (file $SIZE bytes, blast ${BLAST_SECS} s, $RUNS run(s); load average before the run: $LOAD)"
+        echo "Command: \`$CMDLINE\` (file $SIZE bytes, blast ${BLAST_SECS} s, $RUNS run(s), cores $CORES; load average before the run: $LOAD)"
         echo
         echo "$TABLE"
     )
