@@ -1156,6 +1156,10 @@ impl Sink for FileSink {
                     self.known.remove(&key);
                     // A refusal's own reason is more precise than "rejected: …".
                     let why = st.error.clone().map_or(why, |e| e.to_string());
+                    let why = match self.salvage_bundle(key, &st) {
+                        Some(landed) => format!("{why}; {landed}"),
+                        None => why,
+                    };
                     Ok(Some(self.keep_held(key, st, &why)))
                 } else {
                     let name = format!("channel-{}-{}", key.session, key.channel);

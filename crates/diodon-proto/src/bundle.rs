@@ -3,8 +3,9 @@
 //! a mirrored tree in one channel, so each costs its bytes plus a 68-byte
 //! header instead of a channel of its own (two control datagrams sent five
 //! times each, and a short block's repair). This module owns the format:
-//! [`push_entry`] for the sync sender, [`parse`] for the receiver (fuzzed:
-//! `fuzz/fuzz_targets/bundle.rs`).
+//! [`push_entry`] for the sync sender, [`parse`] for the receiver, and
+//! [`complete_entries`] for a bundle whose channel failed: the files that
+//! arrived whole before the loss (both fuzzed: `fuzz/fuzz_targets/bundle.rs`).
 //!
 //! ```text
 //!  entry = header (68 bytes) | name (UTF-8) | content (size bytes)
@@ -94,56 +95,20 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
     let mut entries = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
-        let bad = |what| BundleError {
-            entry: entries.len() + 1,
-            offset: at,
-            what,
-        };
-        let rest = &bytes[at..];
-        if rest.len() < ENTRY_HEADER_LEN {
-            return Err(bad("shorter than an entry header"));
+        match next_entry(bytes, at, entries.len() + 1) {
+            Next::Entry(e, len) => {
+                entries.push(e);
+                at += len;
+            }
+            Next::Cut(what) => {
+                return Err(BundleError {
+                    entry: entries.len() + 1,
+                    offset: at,
+                    what,
+                })
+            }
+            Next::Bad(e) => return Err(e),
         }
-        let name_len = usize::from(u16::from_be_bytes(be(rest, 0)));
-        let pass = u16::from_be_bytes(be(rest, 2));
-        let mode = u32::from_be_bytes(be(rest, 4));
-        let size = u64::from_be_bytes(be(rest, 8));
-        let mtime_sec = i64::from_be_bytes(be(rest, 16));
-        let mtime_nsec = u32::from_be_bytes(be(rest, 24));
-        let first_seen_unix_ms = u64::from_be_bytes(be(rest, 28));
-        let digest: [u8; 32] = be(rest, 36);
-        if name_len == 0 || name_len > MAX_ENTRY_NAME {
-            return Err(bad("name length is 0 or above 4096"));
-        }
-        if pass == 0 {
-            return Err(bad("pass 0"));
-        }
-        if mtime_nsec >= 1_000_000_000 {
-            return Err(bad("mtime nanoseconds out of range"));
-        }
-        let body = &rest[ENTRY_HEADER_LEN..];
-        let Some(end) = usize::try_from(size)
-            .ok()
-            .and_then(|s| s.checked_add(name_len))
-            .filter(|&e| e <= body.len())
-        else {
-            return Err(bad("name and content run past the end"));
-        };
-        let name = std::str::from_utf8(&body[..name_len]).map_err(|_| bad("name is not UTF-8"))?;
-        let content = &body[name_len..end];
-        if blake3::hash(content).as_bytes() != &digest {
-            return Err(bad("content does not match its digest"));
-        }
-        entries.push(BundleEntry {
-            name,
-            pass,
-            mode,
-            mtime_sec,
-            mtime_nsec,
-            first_seen_unix_ms,
-            digest,
-            content,
-        });
-        at += ENTRY_HEADER_LEN + end;
     }
     if entries.is_empty() {
         return Err(BundleError {
@@ -153,6 +118,101 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
         });
     }
     Ok(entries)
+}
+
+/// The entries that lie wholly in `prefix`, the first bytes of a bundle
+/// whose channel failed (delivery stops at its first lost block): every
+/// entry before the one the loss cut, each content checked against its
+/// digest as in [`parse`]. The entry the prefix ends in is left out, and
+/// so is everything after. Anything malformed before the cut is an error
+/// (a sender that writes bundles wrongly): then nothing of it is used.
+pub fn complete_entries(prefix: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < prefix.len() {
+        match next_entry(prefix, at, entries.len() + 1) {
+            Next::Entry(e, len) => {
+                entries.push(e);
+                at += len;
+            }
+            Next::Cut(_) => break,
+            Next::Bad(e) => return Err(e),
+        }
+    }
+    Ok(entries)
+}
+
+/// What [`next_entry`] found at an offset.
+enum Next<'a> {
+    /// A whole entry and the bytes it takes.
+    Entry(BundleEntry<'a>, usize),
+    /// The bytes end inside the entry's header, name or content.
+    Cut(&'static str),
+    /// The entry is malformed.
+    Bad(BundleError),
+}
+
+/// The entry starting at `at` (entry number `n`, from 1).
+fn next_entry(bytes: &[u8], at: usize, n: usize) -> Next<'_> {
+    let bad = |what| {
+        Next::Bad(BundleError {
+            entry: n,
+            offset: at,
+            what,
+        })
+    };
+    let rest = &bytes[at..];
+    if rest.len() < ENTRY_HEADER_LEN {
+        return Next::Cut("shorter than an entry header");
+    }
+    let name_len = usize::from(u16::from_be_bytes(be(rest, 0)));
+    let pass = u16::from_be_bytes(be(rest, 2));
+    let mode = u32::from_be_bytes(be(rest, 4));
+    let size = u64::from_be_bytes(be(rest, 8));
+    let mtime_sec = i64::from_be_bytes(be(rest, 16));
+    let mtime_nsec = u32::from_be_bytes(be(rest, 24));
+    let first_seen_unix_ms = u64::from_be_bytes(be(rest, 28));
+    let digest: [u8; 32] = be(rest, 36);
+    if name_len == 0 || name_len > MAX_ENTRY_NAME {
+        return bad("name length is 0 or above 4096");
+    }
+    if pass == 0 {
+        return bad("pass 0");
+    }
+    if mtime_nsec >= 1_000_000_000 {
+        return bad("mtime nanoseconds out of range");
+    }
+    if size > MAX_BUNDLE_BYTES {
+        return bad("content larger than a bundle");
+    }
+    let body = &rest[ENTRY_HEADER_LEN..];
+    let Some(end) = usize::try_from(size)
+        .ok()
+        .and_then(|s| s.checked_add(name_len))
+        .filter(|&e| e <= body.len())
+    else {
+        return Next::Cut("name and content run past the end");
+    };
+    let Ok(name) = std::str::from_utf8(&body[..name_len]) else {
+        return bad("name is not UTF-8");
+    };
+    let content = &body[name_len..end];
+    if blake3::hash(content).as_bytes() != &digest {
+        return bad("content does not match its digest");
+    }
+    Next::Entry(
+        BundleEntry {
+            name,
+            pass,
+            mode,
+            mtime_sec,
+            mtime_nsec,
+            first_seen_unix_ms,
+            digest,
+            content,
+        },
+        ENTRY_HEADER_LEN + end,
+    )
 }
 
 #[cfg(test)]
@@ -256,7 +316,7 @@ mod tests {
                     b[second + 8..second + 16].copy_from_slice(&u64::MAX.to_be_bytes());
                     b
                 },
-                "run past the end",
+                "larger than a bundle",
             ),
         ];
         for (bytes, what) in cases {
@@ -267,5 +327,44 @@ mod tests {
                 assert_eq!(e.offset, second, "{e}");
             }
         }
+    }
+
+    #[test]
+    fn a_cut_bundle_gives_the_entries_before_the_cut_at_every_length() {
+        let big: Vec<u8> = (0..5_000u32).map(|i| (i * 13) as u8).collect();
+        let want = vec![
+            entry("one", b"first"),
+            entry("two", b""),
+            entry("three", &big),
+            entry("four", b"last"),
+        ];
+        let bytes = bundle(&want);
+        let mut ends = Vec::new();
+        let mut end = 0;
+        for e in &want {
+            end += e.encoded_len();
+            ends.push(end);
+        }
+        for cut in 0..=bytes.len() {
+            let got = complete_entries(&bytes[..cut]).expect("well-formed up to the cut");
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            assert_eq!(got, want[..whole], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_cut_bundle_with_a_defect_before_the_cut_gives_nothing() {
+        let mut bytes = bundle(&[entry("a", b"1"), entry("b", b"22"), entry("c", b"333")]);
+        let second = ENTRY_HEADER_LEN + 2;
+        bytes[second + ENTRY_HEADER_LEN + 1] ^= 1; // b's content
+        let cut = &bytes[..bytes.len() - 1];
+        let e = complete_entries(cut).expect_err("entry 2 is wrong");
+        assert_eq!((e.entry, e.offset), (2, second));
+        assert!(e.to_string().contains("does not match its digest"), "{e}");
+        // A size no bundle holds is a defect, not a cut.
+        let mut bytes = bundle(&[entry("a", b"1"), entry("b", b"22")]);
+        bytes[second + 8..second + 16].copy_from_slice(&(MAX_BUNDLE_BYTES + 1).to_be_bytes());
+        let e = complete_entries(&bytes).expect_err("entry 2 claims too much");
+        assert!(e.to_string().contains("larger than a bundle"), "{e}");
     }
 }

@@ -1058,16 +1058,36 @@ impl<'a> Input<'a> {
 
 /// A sync bundle's parser: whatever it accepts re-encodes to the same
 /// bytes, every accepted entry's content matches its digest, and nothing
-/// panics. A valid bundle built from the input is accepted too.
+/// panics. What a cut bundle yields ([`complete_entries`]) re-encodes to
+/// a prefix of the input, and for a bundle `parse` accepts it is all its
+/// entries. A valid bundle built from the input is accepted too, and each
+/// of its prefixes yields exactly the entries that end inside it.
+///
+/// [`complete_entries`]: crate::bundle::complete_entries
 pub fn bundle(data: &[u8]) {
-    use crate::bundle::{parse, push_entry, BundleEntry};
-    if let Ok(entries) = parse(data) {
+    use crate::bundle::{complete_entries, parse, push_entry, BundleEntry};
+    let parsed = parse(data);
+    if let Ok(entries) = &parsed {
         let mut again = Vec::new();
-        for e in &entries {
+        for e in entries {
             assert_eq!(blake3::hash(e.content).as_bytes(), &e.digest);
             push_entry(&mut again, e);
         }
         assert_eq!(again, data, "a parsed bundle re-encodes to its bytes");
+    }
+    if let Ok(whole) = complete_entries(data) {
+        let mut again = Vec::new();
+        for e in &whole {
+            assert_eq!(blake3::hash(e.content).as_bytes(), &e.digest);
+            push_entry(&mut again, e);
+        }
+        assert!(
+            data.starts_with(&again),
+            "a cut bundle's entries are its first bytes"
+        );
+        if let Ok(entries) = &parsed {
+            assert_eq!(&whole, entries, "a whole bundle is all its entries");
+        }
     }
     let mut built = Vec::new();
     let mut want = 0;
@@ -1091,6 +1111,17 @@ pub fn bundle(data: &[u8]) {
     if want > 0 {
         let got = parse(&built).expect("a bundle push_entry wrote parses");
         assert_eq!(got.len(), want);
+        let cut = usize::from(data[0]) * built.len() / 255;
+        let ends = got
+            .iter()
+            .scan(0, |end, e| {
+                *end += e.encoded_len();
+                Some(*end)
+            })
+            .filter(|&end| end <= cut)
+            .count();
+        let whole = complete_entries(&built[..cut]).expect("a cut bundle is well-formed");
+        assert_eq!(whole, got[..ends], "the entries that end before the cut");
     }
 }
 

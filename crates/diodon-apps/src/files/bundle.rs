@@ -11,13 +11,19 @@
 //!    ─► present? ─✓─► audit "present"            (not rewritten)
 //!    ─► staging file ─► commit ─► audit "verified"
 //! ```
+//!
+//! A bundle whose channel failed (a block lost for good, a link that went
+//! silent) is not all lost: the core delivers its bytes in order up to the
+//! first lost block, and every entry that lies wholly before that point is
+//! landed the same way (`bundle::complete_entries`, each content checked
+//! against its digest). The later ones wait for the carousel's next pass.
 
 use super::{FileSink, Staged};
 use crate::mirror::AuditRecord;
 use crate::names::{fits_under, sanitize};
 use crate::recv::ChannelKey;
 use crate::sink_error::{FileOp, SinkFailure};
-use diodon_proto::bundle::{parse, BundleEntry};
+use diodon_proto::bundle::{complete_entries, parse, BundleEntry};
 use diodon_proto::{ChannelKind, ChannelMeta, SyncInfo};
 use std::fs;
 use std::io::Write;
@@ -43,15 +49,7 @@ impl FileSink {
         let bytes = fs::read(&st.tmp).map_err(SinkFailure::file(FileOp::Write))?;
         let _ = fs::remove_file(&st.tmp);
         let entries = parse(&bytes).map_err(|e| SinkFailure::Bundle(e.to_string()))?;
-        let (mut written, mut present, mut failed) = (0usize, 0usize, Vec::new());
-        for e in &entries {
-            match self.land_entry(key, st.opened_ms, e) {
-                Landed::Written => written += 1,
-                Landed::Present => present += 1,
-                Landed::Failed(why) => failed.push((e.name, why)),
-            }
-        }
-        self.mirror_stats_sync();
+        let (written, present, failed) = self.land_entries(key, st.opened_ms, &entries);
         let n = entries.len();
         if let Some((name, why)) = failed.first() {
             return Err(SinkFailure::BundleFiles(format!(
@@ -64,6 +62,63 @@ impl FileSink {
         Ok(format!(
             "bundle of {n} files: {written} written, {present} already present"
         ))
+    }
+
+    /// A bundle whose channel failed, staged at `st.tmp` up to its first
+    /// lost byte: lands every entry that arrived whole before it. `None`
+    /// when this is no bundle or no entry arrived whole, else what became
+    /// of them (for the channel's failure reason). A bundle malformed
+    /// before the loss lands nothing, as a whole one would not.
+    pub(super) fn salvage_bundle(&mut self, key: ChannelKey, st: &Staged) -> Option<String> {
+        if st.meta.kind != ChannelKind::Bundle || st.error.is_some() || st.written == 0 {
+            return None;
+        }
+        let mut bytes = match fs::read(&st.tmp) {
+            Ok(b) => b,
+            Err(e) => return Some(format!("its first files could not be read back: {e}")),
+        };
+        // A reserved staging file is longer than what was written.
+        bytes.truncate(usize::try_from(st.written).unwrap_or(usize::MAX));
+        let entries = match complete_entries(&bytes) {
+            Ok(entries) if entries.is_empty() => return None,
+            Ok(entries) => entries,
+            Err(e) => return Some(format!("nothing of it landed: {e}")),
+        };
+        let (written, present, failed) = self.land_entries(key, st.opened_ms, &entries);
+        tracing::info!(
+            %key,
+            files = entries.len(),
+            written,
+            present,
+            failed = failed.len(),
+            "failed bundle: the files that arrived whole before the loss landed"
+        );
+        Some(format!(
+            "{} files arrived whole before the loss and landed: {written} written, \
+             {present} already present, {} failed",
+            entries.len(),
+            failed.len()
+        ))
+    }
+
+    /// Lands `entries` one by one: how many were written, were present
+    /// already, and which failed (name, why).
+    fn land_entries<'a>(
+        &mut self,
+        key: ChannelKey,
+        opened_ms: u64,
+        entries: &[BundleEntry<'a>],
+    ) -> (usize, usize, Vec<(&'a str, String)>) {
+        let (mut written, mut present, mut failed) = (0usize, 0usize, Vec::new());
+        for e in entries {
+            match self.land_entry(key, opened_ms, e) {
+                Landed::Written => written += 1,
+                Landed::Present => present += 1,
+                Landed::Failed(why) => failed.push((e.name, why)),
+            }
+        }
+        self.mirror_stats_sync();
+        (written, present, failed)
     }
 
     fn land_entry(&mut self, key: ChannelKey, opened_ms: u64, e: &BundleEntry<'_>) -> Landed {
@@ -321,6 +376,119 @@ mod tests {
             "nothing of a bad bundle is placed"
         );
         assert!(fs::read_dir(root.join(STAGING)).unwrap().next().is_none());
+    }
+
+    /// Delivers the first `prefix` bytes of a bundle of `total` bytes, then
+    /// the core's verdict that a block was lost; the outcome.
+    fn deliver_cut(
+        sink: &mut FileSink,
+        c: u32,
+        prefix: &[u8],
+        total: usize,
+    ) -> crate::recv::ChannelOutcome {
+        let key = ChannelKey {
+            session: SessionId(9),
+            channel: ChannelId(c),
+        };
+        let mut meta = ChannelMeta::file(BUNDLE_NAME, total as u64);
+        meta.kind = ChannelKind::Bundle;
+        sink.handle(SinkEvent::Opened { key, meta }).unwrap();
+        sink.handle(SinkEvent::Data {
+            key,
+            offset: 0,
+            data: prefix.to_vec(),
+        })
+        .unwrap();
+        sink.handle(SinkEvent::Failed {
+            key,
+            reason: diodon_proto::FailReason::BlockLost { block: 3, count: 1 },
+        })
+        .unwrap()
+        .expect("an outcome")
+    }
+
+    #[test]
+    fn a_failed_bundle_lands_the_files_that_arrived_whole_before_the_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, stats) = sink(dir.path());
+        let root = dir.path().join("out");
+        fs::create_dir_all(root.join("t")).unwrap();
+        let big = vec![0x5a_u8; 3 << 20];
+        let entries = [
+            entry("t/a.txt", b"alpha", 1_600_000_000),
+            entry("t/big.bin", &big, 1_600_000_001),
+            entry("t/c.txt", b"gamma", 1_600_000_002),
+            entry("t/d.txt", b"delta", 1_600_000_003),
+        ];
+        let mut bytes = Vec::new();
+        for e in &entries {
+            push_entry(&mut bytes, e);
+        }
+        // The loss cut the bundle inside its third file.
+        let third = entries[0].encoded_len() + entries[1].encoded_len();
+        let out = deliver_cut(&mut sink, 1, &bytes[..third + 70], bytes.len());
+        let Verdict::Failed { reason } = &out.verdict else {
+            panic!("the bundle itself failed: {out:?}")
+        };
+        assert!(
+            reason.contains("block 3")
+                && reason.contains(
+                    "2 files arrived whole before the loss and landed: 2 written, 0 already present, 0 failed"
+                ),
+            "{reason}"
+        );
+        assert_eq!(fs::read(root.join("t/a.txt")).unwrap(), b"alpha");
+        assert_eq!(fs::read(root.join("t/big.bin")).unwrap(), big);
+        let m = fs::metadata(root.join("t/big.bin")).unwrap();
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_001, 5));
+        assert!(!root.join("t/c.txt").exists(), "cut by the loss");
+        assert!(!root.join("t/d.txt").exists(), "after the loss");
+        let verdicts: Vec<(String, String)> = audit(dir.path())
+            .iter()
+            .map(|r| {
+                (
+                    r["path"].as_str().unwrap().into(),
+                    r["verdict"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            verdicts[..2],
+            [
+                ("t/a.txt".into(), "verified".into()),
+                ("t/big.bin".into(), "verified".into()),
+            ]
+        );
+        assert_eq!(stats.mirror.verified.load(Ordering::Relaxed), 2);
+
+        // The next pass brings the whole bundle: the two are present.
+        let out = deliver(&mut sink, 2, &bytes);
+        assert_eq!(
+            out.location,
+            "bundle of 4 files: 2 written, 2 already present"
+        );
+        assert_eq!(fs::read(root.join("t/d.txt")).unwrap(), b"delta");
+    }
+
+    #[test]
+    fn a_failed_bundle_malformed_before_the_loss_lands_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, _) = sink(dir.path());
+        let mut bytes = Vec::new();
+        push_entry(&mut bytes, &entry("good", b"fine", 1));
+        push_entry(&mut bytes, &entry("bad", b"text", 1));
+        push_entry(&mut bytes, &entry("later", b"cut", 1));
+        let second_end = bytes.len() - entry("later", b"cut", 1).encoded_len();
+        bytes[second_end - 1] ^= 1; // the sender's digest of "bad" is wrong
+        let out = deliver_cut(&mut sink, 1, &bytes[..bytes.len() - 1], bytes.len());
+        let Verdict::Failed { reason } = &out.verdict else {
+            panic!("{out:?}")
+        };
+        assert!(
+            reason.contains("nothing of it landed: bundle entry 2"),
+            "{reason}"
+        );
+        assert!(!dir.path().join("out/good").exists());
     }
 
     #[test]
