@@ -655,11 +655,21 @@ impl RecvSummary {
         }
     }
 
-    /// Failed channels on a receiver whose socket overflowed: not every
-    /// loss was the link's, and the cure is on this side.
-    fn overrun_text(&self, s: &mut String) {
+    /// Why channels failed, when the counters say, and the cure: a socket
+    /// that overflowed (this receiver fell behind: the cure is on this
+    /// side), or blocks lost for good with no drop here (the link lost more
+    /// than the repair covers: the cure is the sender's repair).
+    fn failure_hint(&self, s: &mut String) {
+        if self.channels_failed == 0 {
+            return;
+        }
         let dropped = self.socket.get("dropped_packets");
-        if self.channels_failed > 0 && dropped > 0 {
+        let (missing, accepted, blocks_lost) = (
+            self.core.get("missing"),
+            self.core.get("accepted"),
+            self.core.get("blocks_lost"),
+        );
+        if dropped > 0 {
             let _ = writeln!(
                 s,
                 "  the kernel dropped {dropped} packets on this receiver's socket (its buffer of \
@@ -667,6 +677,19 @@ impl RecvSummary {
                  the link's: pace the sender lower (send --rate) or give the receiver a larger \
                  --rcvbuf",
                 self.rcvbuf
+            );
+        } else if blocks_lost > 0 && missing > 0 {
+            #[expect(clippy::cast_precision_loss, reason = "a percentage to print")]
+            let loss = missing as f64 * 100.0 / (missing + accepted) as f64;
+            // The next tenth of a per cent up: what the sender should expect.
+            let expect = (loss * 10.0).ceil() / 10.0;
+            let _ = writeln!(
+                s,
+                "  the link lost more than the repair covered: {missing} datagrams missing of \
+                 {} ({loss:.2} %), {blocks_lost} blocks lost for good, none dropped here; give \
+                 the sender --expected-loss {expect:.1} (it picks the repair for that loss and \
+                 says what it chose) or a larger --repair",
+                missing + accepted
             );
         }
     }
@@ -753,7 +776,7 @@ impl RecvSummary {
             "  channels complete {}, failed {}",
             self.channels_complete, self.channels_failed
         );
-        self.overrun_text(&mut s);
+        self.failure_hint(&mut s);
         if self.channels_unlisted > 0 {
             let _ = writeln!(
                 s,
@@ -951,7 +974,7 @@ mod tests {
         );
         let failed = RecvSummary {
             channels_failed: 1,
-            ..back
+            ..back.clone()
         };
         assert!(
             failed.text().contains(
@@ -960,6 +983,24 @@ mod tests {
             "{}",
             failed.text()
         );
+        // No drop here, blocks lost for good: the link lost more than the
+        // repair covered (7 missing of 7 + 93 accepted).
+        let mut lossy = RecvSummary {
+            channels_failed: 1,
+            ..back
+        };
+        lossy.socket.0.insert("dropped_packets".into(), 0);
+        lossy.core.0.insert("accepted".into(), 93);
+        lossy.core.0.insert("blocks_lost".into(), 2);
+        let text = lossy.text();
+        assert!(
+            text.contains(
+                "the link lost more than the repair covered: 7 datagrams missing of 100 (7.00 %), \
+                 2 blocks lost for good, none dropped here; give the sender --expected-loss 7.0"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("fell behind"), "{text}");
     }
 
     #[test]
