@@ -92,23 +92,9 @@ fn be<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
 /// sees bytes its header does not vouch for. An empty bundle is an error
 /// (a sender never sends one).
 pub fn parse(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
-    let mut entries = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        match next_entry(bytes, at, entries.len() + 1) {
-            Next::Entry(e, len) => {
-                entries.push(e);
-                at += len;
-            }
-            Next::Cut(what) => {
-                return Err(BundleError {
-                    entry: entries.len() + 1,
-                    offset: at,
-                    what,
-                })
-            }
-            Next::Bad(e) => return Err(e),
-        }
+    let (entries, cut) = walk(bytes)?;
+    if let Some(cut) = cut {
+        return Err(cut);
     }
     if entries.is_empty() {
         return Err(BundleError {
@@ -127,19 +113,32 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
 /// so is everything after. Anything malformed before the cut is an error
 /// (a sender that writes bundles wrongly): then nothing of it is used.
 pub fn complete_entries(prefix: &[u8]) -> Result<Vec<BundleEntry<'_>>, BundleError> {
+    walk(prefix).map(|(entries, _cut)| entries)
+}
+
+/// The entries of `bytes` from the start, and where the bytes end inside
+/// an entry (if they do); the first malformed entry is the error.
+fn walk(bytes: &[u8]) -> Result<(Vec<BundleEntry<'_>>, Option<BundleError>), BundleError> {
     let mut entries = Vec::new();
     let mut at = 0;
-    while at < prefix.len() {
-        match next_entry(prefix, at, entries.len() + 1) {
+    while at < bytes.len() {
+        match next_entry(bytes, at, entries.len() + 1) {
             Next::Entry(e, len) => {
                 entries.push(e);
                 at += len;
             }
-            Next::Cut(_) => break,
+            Next::Cut(what) => {
+                let cut = BundleError {
+                    entry: entries.len() + 1,
+                    offset: at,
+                    what,
+                };
+                return Ok((entries, Some(cut)));
+            }
             Next::Bad(e) => return Err(e),
         }
     }
-    Ok(entries)
+    Ok((entries, None))
 }
 
 /// What [`next_entry`] found at an offset.

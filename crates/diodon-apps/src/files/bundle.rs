@@ -236,13 +236,14 @@ mod tests {
         }
     }
 
-    /// Delivers `bytes` as one verified bundle channel; the outcome.
-    fn deliver(sink: &mut FileSink, c: u32, bytes: &[u8]) -> crate::recv::ChannelOutcome {
+    /// Opens bundle channel `c` of `total` bytes and gives the sink its
+    /// first bytes, `data`; the channel's key.
+    fn open_with(sink: &mut FileSink, c: u32, total: usize, data: &[u8]) -> ChannelKey {
         let key = ChannelKey {
             session: SessionId(9),
             channel: ChannelId(c),
         };
-        let mut meta = ChannelMeta::file(BUNDLE_NAME, bytes.len() as u64);
+        let mut meta = ChannelMeta::file(BUNDLE_NAME, total as u64);
         meta.kind = ChannelKind::Bundle;
         FileSink::admit(&meta).expect("a bundle's label is admitted");
         assert!(sink
@@ -252,9 +253,15 @@ mod tests {
         sink.handle(SinkEvent::Data {
             key,
             offset: 0,
-            data: bytes.to_vec(),
+            data: data.to_vec(),
         })
         .unwrap();
+        key
+    }
+
+    /// Delivers `bytes` as one verified bundle channel; the outcome.
+    fn deliver(sink: &mut FileSink, c: u32, bytes: &[u8]) -> crate::recv::ChannelOutcome {
+        let key = open_with(sink, c, bytes.len(), bytes);
         sink.handle(SinkEvent::Complete {
             key,
             bytes: bytes.len() as u64,
@@ -386,19 +393,7 @@ mod tests {
         prefix: &[u8],
         total: usize,
     ) -> crate::recv::ChannelOutcome {
-        let key = ChannelKey {
-            session: SessionId(9),
-            channel: ChannelId(c),
-        };
-        let mut meta = ChannelMeta::file(BUNDLE_NAME, total as u64);
-        meta.kind = ChannelKind::Bundle;
-        sink.handle(SinkEvent::Opened { key, meta }).unwrap();
-        sink.handle(SinkEvent::Data {
-            key,
-            offset: 0,
-            data: prefix.to_vec(),
-        })
-        .unwrap();
+        let key = open_with(sink, c, total, prefix);
         sink.handle(SinkEvent::Failed {
             key,
             reason: diodon_proto::FailReason::BlockLost { block: 3, count: 1 },
