@@ -295,6 +295,19 @@ mod tests {
             .collect()
     }
 
+    /// The audit log's (path, verdict) pairs, in order.
+    fn verdicts(dir: &Path) -> Vec<(String, String)> {
+        audit(dir)
+            .iter()
+            .map(|r| {
+                (
+                    r["path"].as_str().unwrap().into(),
+                    r["verdict"].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn a_bundle_lands_each_file_once_and_refuses_a_hostile_name_alone() {
         let dir = tempfile::tempdir().unwrap();
@@ -319,15 +332,7 @@ mod tests {
         assert_eq!(fs::read(root.join("t/sub/empty")).unwrap(), b"");
         assert!(!dir.path().join("escape").exists());
         assert!(fs::read_dir(root.join(STAGING)).unwrap().next().is_none());
-        let verdicts: Vec<(String, String)> = audit(dir.path())
-            .iter()
-            .map(|r| {
-                (
-                    r["path"].as_str().unwrap().into(),
-                    r["verdict"].as_str().unwrap().into(),
-                )
-            })
-            .collect();
+        let verdicts = verdicts(dir.path());
         assert_eq!(
             verdicts,
             [
@@ -438,15 +443,7 @@ mod tests {
         assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_001, 5));
         assert!(!root.join("t/c.txt").exists(), "cut by the loss");
         assert!(!root.join("t/d.txt").exists(), "after the loss");
-        let verdicts: Vec<(String, String)> = audit(dir.path())
-            .iter()
-            .map(|r| {
-                (
-                    r["path"].as_str().unwrap().into(),
-                    r["verdict"].as_str().unwrap().into(),
-                )
-            })
-            .collect();
+        let verdicts = verdicts(dir.path());
         assert_eq!(
             verdicts[..2],
             [
