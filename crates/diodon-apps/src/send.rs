@@ -21,6 +21,13 @@
 //! out the core thread puts it back among the spare buffers (at most
 //! [`SPARE_BLOCKS`], one set per process) for the next read. A fresh buffer
 //! per block had the kernel fault in and zero its pages on every read.
+//!
+//! A whole block is also encoded where it is read: [`SourceHandle::data`]
+//! runs the Reed–Solomon encode of a full block on the source's thread
+//! (`diodon_proto::BlockCoding`, while the block is in that thread's
+//! cache) and the core sends the repair symbols as they came
+//! (`Sender::write_encoded_block`). The core thread is left to cut, seal
+//! and send. Repair buffers go round like block buffers.
 
 use crate::key_file::KeyReload;
 use crate::multilink::{Change, Flows, LinkHealth, LinkWatch};
@@ -32,7 +39,8 @@ use diodon_io::{
 };
 use diodon_proto::pool::BufferPool;
 use diodon_proto::{
-    ChannelId, ChannelMeta, Sender, SenderConfig, SenderEvent, SenderStats, SessionId,
+    BlockCoding, ChannelId, ChannelMeta, FullBlock, Sender, SenderConfig, SenderEvent, SenderStats,
+    SessionId,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -53,9 +61,22 @@ pub const SPARE_BLOCKS: usize = 8;
 static SPARES: LazyLock<Mutex<BufferPool>> =
     LazyLock::new(|| Mutex::new(BufferPool::new(SPARE_BLOCKS)));
 
-/// Moves the core's spare block buffers to the readers' spares, up to
-/// [`SPARE_BLOCKS`].
+/// The repair buffers of blocks the core is done with, for the sources
+/// that encode their blocks (as many as block buffers).
+static SPARE_REPAIRS: LazyLock<Mutex<BufferPool>> =
+    LazyLock::new(|| Mutex::new(BufferPool::new(SPARE_BLOCKS)));
+
+/// Moves the core's spare block and repair buffers to the readers' spares,
+/// up to [`SPARE_BLOCKS`] each.
 fn keep_spare_blocks(sender: &mut Sender) {
+    if let Ok(mut repairs) = SPARE_REPAIRS.lock() {
+        while !repairs.is_full() {
+            match sender.spare_repair() {
+                Some(r) => repairs.put(r),
+                None => break,
+            }
+        }
+    }
     let Ok(mut spares) = SPARES.lock() else {
         return;
     };
@@ -86,6 +107,14 @@ pub enum SourceMsg {
         token: u64,
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// The channel's next bytes, a whole block encoded by the source
+    /// ([`SourceHandle::data`] of a full block).
+    Block {
+        /// Channel token.
+        token: u64,
+        /// The block and its repair symbols.
+        block: FullBlock,
     },
     /// Framed records of a `Datagrams` channel (`diodon_proto::records`),
     /// each handed to the core whole (`Sender::write_record`, which aligns
@@ -135,11 +164,13 @@ pub struct SourceHandle {
     chunk: usize,
 }
 
-/// One link's queue and whether the link is up.
+/// One link's queue, whether the link is up, and how its core encodes
+/// a full block (when the sources encode them).
 #[derive(Debug)]
 pub(crate) struct LinkInput {
     pub(crate) tx: SyncSender<SourceMsg>,
     pub(crate) health: Option<Arc<LinkHealth>>,
+    pub(crate) coding: Option<BlockCoding>,
 }
 
 impl SourceHandle {
@@ -222,15 +253,57 @@ impl SourceHandle {
 
     /// The queue of the link that carries `token`.
     fn tx(&self, token: u64) -> &SyncSender<SourceMsg> {
-        let n = self.links.len() as u64;
-        &self.links[(token % n) as usize].tx
+        &self.links[self.link_index(token)].tx
     }
 
-    /// Queues bytes (blocks while the queue is full).
+    /// The link that carries `token`.
+    fn link_index(&self, token: u64) -> usize {
+        (token % self.links.len() as u64) as usize
+    }
+
+    /// The handle with each link's sources encoding full blocks as that
+    /// link's core, `configs[i]`, would (on `kernel`, when one is given).
+    #[must_use]
+    pub(crate) fn encoding_blocks(
+        self,
+        configs: &[&SenderConfig],
+        kernel: Option<&Arc<dyn diodon_proto::fec::SumKernel>>,
+    ) -> Self {
+        let links: Vec<LinkInput> = self
+            .links
+            .iter()
+            .zip(configs)
+            .map(|(l, config)| LinkInput {
+                tx: l.tx.clone(),
+                health: l.health.clone(),
+                coding: Some(config.block_coding(kernel.cloned())),
+            })
+            .collect();
+        SourceHandle {
+            links: links.into(),
+            ..self
+        }
+    }
+
+    /// Queues bytes (blocks while the queue is full). A full block of the
+    /// link's core is encoded here first, on the caller's thread.
     pub fn data(&self, token: u64, data: Vec<u8>) -> Result<(), Closed> {
-        self.tx(token)
-            .send(SourceMsg::Data { token, data })
-            .map_err(|_| Closed)
+        let link = &self.links[self.link_index(token)];
+        let msg = match &link.coding {
+            Some(coding) if data.len() == coding.block_bytes() => {
+                let repair = SPARE_REPAIRS
+                    .lock()
+                    .ok()
+                    .and_then(|mut s| s.take_kept(coding.repair_bytes().max(1)))
+                    .unwrap_or_default();
+                match coding.encode(data, repair) {
+                    Ok(block) => SourceMsg::Block { token, block },
+                    Err(data) => SourceMsg::Data { token, data },
+                }
+            }
+            _ => SourceMsg::Data { token, data },
+        };
+        link.tx.send(msg).map_err(|_| Closed)
     }
 
     /// Queues framed records (blocks while the queue is full).
@@ -532,7 +605,11 @@ fn queue_of(capacity: usize, chunk: usize) -> (SourceHandle, Receiver<SourceMsg>
     let (tx, rx) = mpsc::sync_channel(capacity.max(1));
     (
         SourceHandle {
-            links: Arc::new([LinkInput { tx, health: None }]),
+            links: Arc::new([LinkInput {
+                tx,
+                health: None,
+                coding: None,
+            }]),
             flows: Arc::default(),
             tokens: Arc::new(AtomicU64::new(1)),
             chunk,
@@ -555,7 +632,8 @@ pub(crate) fn link_queues(
         .map(|h| {
             let (tx, rx) = mpsc::sync_channel(messages.max(1));
             let health = Some(Arc::clone(h));
-            (LinkInput { tx, health }, rx)
+            let coding = None;
+            (LinkInput { tx, health, coding }, rx)
         })
         .unzip();
     (
@@ -580,17 +658,45 @@ struct Open {
     token: u64,
 }
 
-/// Bytes or records taken from a source but not yet into the core.
+/// Bytes, records or an encoded block taken from a source but not yet
+/// into the core.
 struct Pending {
     id: ChannelId,
     data: Vec<u8>,
     off: usize,
     records: bool,
+    /// A block the source encoded (then `data` is empty).
+    block: Option<FullBlock>,
 }
 
 impl Pending {
+    fn bytes(id: ChannelId, data: Vec<u8>, records: bool) -> Self {
+        Pending {
+            id,
+            data,
+            off: 0,
+            records,
+            block: None,
+        }
+    }
+
     /// Hands as much as the core takes; `true` when all of it went in.
     fn feed(&mut self, now: diodon_proto::Timestamp, sender: &mut Sender) -> (bool, usize) {
+        if let Some(block) = self.block.take() {
+            // Taken whole with its repair symbols, or waits whole for room.
+            let n = block.len();
+            return match sender.write_encoded_block(now, self.id, block) {
+                Ok(None) => (true, n),
+                Ok(Some(back)) => {
+                    self.block = Some(back);
+                    (false, 0)
+                }
+                Err(e) => {
+                    tracing::warn!("write refused: {e}");
+                    (true, 0)
+                }
+            };
+        }
         let start = self.off;
         if !self.records && self.off == 0 && self.data.len() == sender.config().block_bytes() {
             // A whole block (a file read block by block): taken over, not
@@ -830,11 +936,15 @@ pub(crate) fn link_inputs(
     let (chunks, block) = links
         .first()
         .map_or((1, 0), |(o, _)| (o.queue_chunks, o.config.block_bytes()));
-    if links.len() == 1 {
+    let (handle, queues) = if links.len() == 1 {
         let (h, q) = queue_for_blocks(chunks, block);
-        return (h, vec![q]);
-    }
-    link_queues(chunks, block, health)
+        (h, vec![q])
+    } else {
+        link_queues(chunks, block, health)
+    };
+    let configs: Vec<&SenderConfig> = links.iter().map(|(o, _)| &o.config).collect();
+    let kernel = crate::fec_kernel::best();
+    (handle.encoding_blocks(&configs, kernel.as_ref()), queues)
 }
 
 /// `opts` and each of `more` as the options of one link each (the same
@@ -1057,22 +1167,20 @@ impl Core {
             }
             SourceMsg::Data { token, data } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
+                    self.pending = Some(Pending::bytes(*id, data, false));
+                }
+            }
+            SourceMsg::Block { token, block } => {
+                if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
                     self.pending = Some(Pending {
-                        id: *id,
-                        data,
-                        off: 0,
-                        records: false,
+                        block: Some(block),
+                        ..Pending::bytes(*id, Vec::new(), false)
                     });
                 }
             }
             SourceMsg::Records { token, data } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
-                    self.pending = Some(Pending {
-                        id: *id,
-                        data,
-                        off: 0,
-                        records: true,
-                    });
+                    self.pending = Some(Pending::bytes(*id, data, true));
                 }
             }
             SourceMsg::Finish { token, digest } => {

@@ -120,6 +120,16 @@ impl ReedSolomon {
         self.decoder = None;
     }
 
+    /// A fresh codec on this one's kernel, sharing its prepared factors
+    /// (no work buffers yet).
+    pub(crate) fn sharing_kernel(&self) -> Self {
+        ReedSolomon {
+            kernel: self.kernel.clone(),
+            factors: self.factors.clone(),
+            ..Self::default()
+        }
+    }
+
     /// Whether `(k, m)` is supported (m may be 0: no coding needed).
     pub fn supports(k: usize, m: usize) -> bool {
         k >= 1 && (m == 0 || reed_solomon_simd::ReedSolomonEncoder::supports(k, m))

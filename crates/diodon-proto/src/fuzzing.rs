@@ -21,6 +21,7 @@
 //! only, and compiled only with the `fuzzing` feature (enabled by
 //! `fuzz/Cargo.toml` and by this crate's dev-dependency on itself).
 
+use crate::block_coding::BlockCoding;
 use crate::blocks::BlockSet;
 use crate::crypto::{CipherCache, KeyRing, Secret, SessionCipher, SessionMac};
 use crate::fec::{ErasureCode, FecError, ReedSolomon};
@@ -456,6 +457,9 @@ struct RxHarness {
     held: HashSet<ChannelId>,
     /// The channel whose `ChannelPartial` was the last event.
     partial: Option<ChannelId>,
+    /// Whole blocks encoded by the application: as the sender codes them,
+    /// and with another repair count (the sender encodes those again).
+    codings: [BlockCoding; 2],
 }
 
 const HISTORY: usize = 32;
@@ -487,8 +491,14 @@ impl RxHarness {
             max_buffered_bytes: 16 << 10,
             max_symbol_size: 512,
         };
+        let foreign = SenderConfig {
+            repair: RepairRatio::percent(25).expect("valid constant"),
+            ..sender_config.clone()
+        };
+        let codings = [sender_config.block_coding(None), foreign.block_coding(None)];
         RxHarness {
             now: Timestamp::ZERO,
+            codings,
             sender: Sender::new(sender_config, GENUINE_SESSION, Timestamp::ZERO)
                 .expect("valid sender configuration"),
             sender_open: Vec::new(),
@@ -600,6 +610,7 @@ impl RxHarness {
                     self.written.insert(id, Vec::new());
                 }
             }
+            (1, Some(id)) if pick >= 0xF0 => self.write_whole_block(input, id, pick),
             (1, Some(id)) => {
                 let len = usize::from(input.byte());
                 let bytes = input.take(len).to_vec();
@@ -620,6 +631,30 @@ impl RxHarness {
                 let _ = self.sender.abort(self.now, id);
                 self.sender_open.retain(|c| *c != id);
             }
+        }
+    }
+
+    /// Hands a whole block over: as it is (`write_block`) or encoded by
+    /// one of the harness's codings (`write_encoded_block`).
+    fn write_whole_block(&mut self, input: &mut Input<'_>, id: ChannelId, pick: usize) {
+        let block_bytes = self.sender.config().block_bytes();
+        let mut bytes = input.take(block_bytes).to_vec();
+        bytes.resize(block_bytes, 0xA5);
+        let taken = match pick % 3 {
+            0 => self.sender.write_block(self.now, id, bytes.clone()),
+            c => match self.codings[c - 1].encode(bytes.clone(), Vec::new()) {
+                Ok(block) => self
+                    .sender
+                    .write_encoded_block(self.now, id, block)
+                    .map(|back| back.map(crate::FullBlock::into_parts).map(|(d, _)| d)),
+                Err(_) => unreachable!("a whole block of the sender's geometry"),
+            },
+        };
+        if let Ok(None) = taken {
+            self.written
+                .entry(id)
+                .or_default()
+                .extend_from_slice(&bytes);
         }
     }
 

@@ -15,7 +15,8 @@
 //! (shared with Delta-t and the drivers). Modules: [`types`] (checked
 //! parameters), [`wire`] (datagram views and representations), [`crypto`]
 //! (keys, the keyed MAC, per-session ChaCha20-Poly1305), [`fec`]
-//! (erasure code trait and Reed–Solomon), [`fec_plan`] (the loss model that
+//! (erasure code trait and Reed–Solomon), [`block_coding`] (full blocks
+//! encoded by the thread that read them), [`fec_plan`] (the loss model that
 //! sizes repair), [`pacer`] (token bucket), [`sender`] and [`receiver`] (the
 //! session state machines), [`records`] (the record framing of datagram
 //! channels, aligned to blocks for packets), [`kafka_record`] (the framing
@@ -23,6 +24,7 @@
 //! channel's blocks the application holds, merged across passes).
 #![forbid(unsafe_code)]
 
+pub mod block_coding;
 pub mod blocks;
 pub mod bundle;
 pub mod crypto;
@@ -40,6 +42,7 @@ pub mod sender;
 pub mod types;
 pub mod wire;
 
+pub use block_coding::{BlockCoding, FullBlock};
 pub use blocks::{BlockSet, BlockSetError};
 pub use crypto::{KeyRing, KeyRingError, Secret};
 pub use diodon_sansio::{Deadlines, IpVersion, TimerSlot, TimerTable, Timestamp, Transmit};

@@ -24,6 +24,7 @@
 //! their earliest entries, so it costs the same with one open channel or
 //! ten thousand.
 
+use crate::block_coding::{block_geometry, BlockCoding, FullBlock};
 use crate::crypto::{KeyRing, SEQ_LIMIT};
 use crate::fec::{ErasureCode, ReedSolomon};
 use crate::pacer::Pacer;
@@ -233,6 +234,17 @@ impl SenderConfig {
         share.max(needed as u16).min(full.max(share))
     }
 
+    /// How this configuration's full blocks are encoded, for a reader that
+    /// encodes them itself (on `kernel`, when one is given; see
+    /// [`Sender::write_encoded_block`]).
+    pub fn block_coding(
+        &self,
+        kernel: Option<std::sync::Arc<dyn crate::fec::SumKernel>>,
+    ) -> BlockCoding {
+        let m = usize::from(self.short_block_repair(self.block_symbols));
+        BlockCoding::new(self.block_bytes(), self.symbol_size.get(), m, kernel)
+    }
+
     /// Bytes in one full block.
     pub fn block_bytes(&self) -> usize {
         usize::from(self.block_symbols) * self.symbol_size.get()
@@ -319,6 +331,7 @@ diodon_counters::counters! {
         wire_bytes: counter Bytes "wire" "Datagram bytes produced (UDP payload).",
         bytes_accepted: counter Bytes "accepted" "Channel bytes accepted from the application.",
         blocks: counter Count "blocks" "FEC blocks encoded.",
+        blocks_encoded_by_source: counter Count "blocks_encoded_by_source" "Of which encoded by the thread that read them (their repair symbols came with them).",
         channels_opened: counter Count "channels_opened" "Channels opened.",
         channels_sent: counter Count "channels_sent" "Channels whose trailer went out with status complete.",
         channels_aborted: counter Count "channels_aborted" "Channels aborted.",
@@ -335,7 +348,7 @@ struct ChannelTx {
     /// ([`Sender::write_block`]), fewer than a group, waiting for the rest
     /// of their group. They come before `pending`, which is empty while
     /// there are any.
-    taken: Vec<Vec<u8>>,
+    taken: Vec<TakenBlock>,
     pending_since: Option<Timestamp>,
     next_block: u64,
     total_len: u64,
@@ -357,12 +370,13 @@ struct ChannelTx {
 impl ChannelTx {
     /// Bytes waiting to be cut: taken-over blocks and pending bytes.
     fn waiting(&self) -> usize {
-        self.taken.iter().map(Vec::len).sum::<usize>() + self.pending.len()
+        self.taken.iter().map(|b| b.data().len()).sum::<usize>() + self.pending.len()
     }
 
     /// Copies the taken-over blocks into `pending`, before anything that
     /// cuts or pads by bytes: the channel's bytes stay in order and are cut
-    /// exactly as if they had been written.
+    /// exactly as if they had been written (repair symbols that came with
+    /// them are dropped; the blocks are encoded again where they are cut).
     fn untake(&mut self) {
         if self.taken.is_empty() {
             return;
@@ -370,7 +384,7 @@ impl ChannelTx {
         debug_assert!(self.pending.is_empty(), "taken blocks come first");
         let mut bytes = Vec::with_capacity(self.waiting());
         for block in self.taken.drain(..) {
-            bytes.extend_from_slice(&block);
+            bytes.extend_from_slice(block.data());
         }
         bytes.append(&mut self.pending);
         self.pending = bytes;
@@ -383,6 +397,26 @@ impl ChannelTx {
             self.pending.len() - self.pending.len() % block_bytes
         } else {
             self.pending.len()
+        }
+    }
+}
+
+/// A whole block taken over from the application, waiting for the rest
+/// of its group.
+#[derive(Debug)]
+enum TakenBlock {
+    /// Its bytes ([`Sender::write_block`]): the core encodes them.
+    Bytes(Vec<u8>),
+    /// With the repair symbols its reader made
+    /// ([`Sender::write_encoded_block`]).
+    Encoded(FullBlock),
+}
+
+impl TakenBlock {
+    fn data(&self) -> &[u8] {
+        match self {
+            TakenBlock::Bytes(data) => data,
+            TakenBlock::Encoded(block) => &block.data,
         }
     }
 }
@@ -870,30 +904,74 @@ impl Sender {
         channel: ChannelId,
         data: Vec<u8>,
     ) -> Result<Option<Vec<u8>>, SendError> {
-        let room = self.writable();
-        let depth = usize::from(self.config.interleave_depth);
-        let (k, shard_len, _) = self.geometry(data.len());
-        let whole_block = data.len() == self.config.block_bytes() && k * shard_len == data.len();
-        let ch = self
-            .channels
-            .get_mut(&channel)
-            .filter(|c| !c.finishing)
-            .ok_or(SendError::NotOpen(channel))?;
-        if data.len() > room {
-            self.stats.backpressure_events += 1;
+        if !self.has_room(channel, data.len())? {
             return Ok(Some(data));
         }
+        self.take_block(now, channel, TakenBlock::Bytes(data));
+        Ok(None)
+    }
+
+    /// [`Sender::write_block`] for a block encoded already
+    /// ([`crate::BlockCoding`], on the thread that read it): its repair
+    /// symbols are sent as they came when the block is taken over whole
+    /// with the code this sender uses for it; otherwise the bytes are
+    /// taken like a `write_block` and encoded here. Returns the block
+    /// when there is no room for it.
+    pub fn write_encoded_block(
+        &mut self,
+        now: Timestamp,
+        channel: ChannelId,
+        block: FullBlock,
+    ) -> Result<Option<FullBlock>, SendError> {
+        if !self.has_room(channel, block.len())? {
+            return Ok(Some(block));
+        }
+        self.take_block(now, channel, TakenBlock::Encoded(block));
+        Ok(None)
+    }
+
+    /// Whether `channel` (open and not finishing) takes `len` more bytes
+    /// now; counts a push-back when not.
+    fn has_room(&mut self, channel: ChannelId, len: usize) -> Result<bool, SendError> {
+        self.channels
+            .get(&channel)
+            .filter(|c| !c.finishing)
+            .ok_or(SendError::NotOpen(channel))?;
+        if len > self.writable() {
+            self.stats.backpressure_events += 1;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Takes a block that fits (see [`Sender::has_room`]) over whole, or
+    /// its bytes like a `write` when it cannot be a block of its own.
+    fn take_block(&mut self, now: Timestamp, channel: ChannelId, block: TakenBlock) {
+        let depth = usize::from(self.config.interleave_depth);
+        let len = block.data().len();
+        let (k, shard_len, _) = self.geometry(len);
+        let whole_block = len == self.config.block_bytes() && k * shard_len == len;
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return;
+        };
         if !whole_block || !ch.pending.is_empty() || ch.aligned {
-            self.append(now, channel, &[&data]);
-            return Ok(None);
+            self.append(now, channel, &[block.data()]);
+            match block {
+                TakenBlock::Bytes(data) => self.pool.put(data),
+                TakenBlock::Encoded(b) => {
+                    self.pool.put(b.data);
+                    self.pool.put(b.repair);
+                }
+            }
+            return;
         }
         if let Some(h) = &mut ch.hasher {
-            h.update(&data);
+            h.update(block.data());
         }
-        ch.total_len += data.len() as u64;
-        self.buffered += data.len();
-        self.stats.bytes_accepted += data.len() as u64;
-        ch.taken.push(data);
+        ch.total_len += len as u64;
+        self.buffered += len;
+        self.stats.bytes_accepted += len as u64;
+        ch.taken.push(block);
         if ch.taken.len() == depth {
             let blocks = std::mem::take(&mut ch.taken);
             ch.pending_since = None;
@@ -903,7 +981,6 @@ impl Sender {
             ch.pending_since.get_or_insert(now);
         }
         self.rearm_flush(channel);
-        Ok(None)
     }
 
     /// Offers one record of a `Datagrams` channel (PROTOCOL.md § 5.3):
@@ -1670,6 +1747,17 @@ impl Sender {
         let Some(ch) = self.channels.get_mut(&channel) else {
             return;
         };
+        if flush && ch.pending.is_empty() && !ch.taken.is_empty() {
+            // Whole blocks only: cut as they were taken, the same blocks a
+            // cut of their bytes would give (and their repair, if they came
+            // encoded, goes out as it came).
+            let blocks = std::mem::take(&mut ch.taken);
+            ch.pending_since = None;
+            self.push_blocks(channel, blocks);
+            self.fill_active();
+            self.rearm_flush(channel);
+            return;
+        }
         ch.untake();
         let end = if flush {
             ch.flushable(block_bytes)
@@ -1728,24 +1816,59 @@ impl Sender {
 
     /// Queues whole blocks taken over by [`Sender::write_block`] as the
     /// channel's next group: encoded in place, not copied.
-    fn push_blocks(&mut self, channel: ChannelId, taken: Vec<Vec<u8>>) {
+    fn push_blocks(&mut self, channel: ChannelId, taken: Vec<TakenBlock>) {
         let n_blocks = taken.len();
         let Some(first_block) = self.start_group(channel, n_blocks) else {
             return;
         };
-        let source_bytes = taken.iter().map(Vec::len).sum();
+        let source_bytes = taken.iter().map(|b| b.data().len()).sum();
         let mut blocks = Vec::with_capacity(n_blocks);
-        for (pos, data) in taken.into_iter().enumerate() {
-            let len = data.len();
-            blocks.push(self.encode_block(
-                first_block + pos as u64,
-                pos as u8,
-                n_blocks as u8,
-                len,
-                data,
-            ));
+        for (pos, taken) in taken.into_iter().enumerate() {
+            let (block, group_pos, group_len) =
+                (first_block + pos as u64, pos as u8, n_blocks as u8);
+            let len = taken.data().len();
+            let (k, shard_len, tail_len) = self.geometry(len);
+            let m = self.repair_of(k);
+            let data = match taken {
+                TakenBlock::Encoded(b)
+                    if (usize::from(b.k), usize::from(b.m), b.shard_len) == (k, m, shard_len)
+                        && b.repair.len() == m * shard_len =>
+                {
+                    self.stats.blocks_encoded_by_source += 1;
+                    blocks.push(EncodedBlock {
+                        block,
+                        k: b.k,
+                        m: b.m,
+                        shard_len,
+                        tail_len: tail_len as u16,
+                        group_pos,
+                        group_len,
+                        data: b.data,
+                        repair: b.repair,
+                    });
+                    continue;
+                }
+                // Another code's repair: encoded again with this one.
+                TakenBlock::Encoded(b) => {
+                    self.pool.put(b.repair);
+                    b.data
+                }
+                TakenBlock::Bytes(data) => data,
+            };
+            blocks.push(self.encode_block(block, group_pos, group_len, len, data));
         }
         self.queue_group(channel, blocks, source_bytes);
+    }
+
+    /// An empty buffer for a full block's repair symbols that the core is
+    /// done with, for a reader that encodes its blocks
+    /// ([`crate::BlockCoding`]); `None` when none is free.
+    pub fn spare_repair(&mut self) -> Option<Vec<u8>> {
+        let k = usize::from(self.config.block_symbols);
+        let len = self.repair_of(k) * self.config.symbol_size.get();
+        let mut repair = self.pool.take_kept(len.max(1))?;
+        repair.clear();
+        Some(repair)
     }
 
     /// Numbers the channel's next `n_blocks` blocks; returns the first.
@@ -1791,10 +1914,18 @@ impl Sender {
     /// Source symbols, shard length and the last symbol's length of a
     /// block of `len` bytes.
     fn geometry(&self, len: usize) -> (usize, usize, usize) {
-        let s = self.config.symbol_size.get();
-        let k = len.div_ceil(s).max(1);
-        let shard_len = if k == 1 { len.next_multiple_of(2) } else { s };
-        (k, shard_len, len - (k - 1) * shard_len)
+        block_geometry(self.config.symbol_size.get(), len)
+    }
+
+    /// Repair symbols of a block of `k` source symbols.
+    fn repair_of(&mut self, k: usize) -> usize {
+        let config = &self.config;
+        usize::from(
+            *self
+                .short_repair
+                .entry(k as u16)
+                .or_insert_with(|| config.short_block_repair(k as u16)),
+        )
     }
 
     /// Encodes a block of `len` source bytes held in `data` (`k` shards,
@@ -1809,13 +1940,7 @@ impl Sender {
     ) -> EncodedBlock {
         let (k, shard_len, tail_len) = self.geometry(len);
         debug_assert_eq!(data.len(), k * shard_len);
-        let config = &self.config;
-        let m = usize::from(
-            *self
-                .short_repair
-                .entry(k as u16)
-                .or_insert_with(|| config.short_block_repair(k as u16)),
-        );
+        let m = self.repair_of(k);
         // The encoder writes every repair byte: no zeroing first.
         let mut repair = self.pool.take_any(m * shard_len);
         let m = match self.fec.encode(k, m, shard_len, &data, &mut repair) {

@@ -5,7 +5,9 @@
 //! the caller's bytes, the rest goes through the channel's pending buffer;
 //! this holds both paths to one result.) A buffer of one whole block handed
 //! over with `write_block` becomes the block without a copy; mixed with
-//! writes, cut by flush timers or not, it gives the same datagrams too.
+//! writes, cut by flush timers or not, it gives the same datagrams too; so
+//! does a block encoded by its reader (`BlockCoding`, `write_encoded_block`),
+//! whose repair symbols go out as they came.
 
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
@@ -13,7 +15,10 @@ mod common;
 
 use common::payload;
 use diodon_proto::wire::Integrity;
-use diodon_proto::{ChannelMeta, KeyRing, Rate, Sender, SenderConfig, SessionId, Timestamp};
+use diodon_proto::{
+    BlockCoding, ChannelMeta, KeyRing, Rate, RepairRatio, Sender, SenderConfig, SessionId,
+    Timestamp,
+};
 use std::time::Duration;
 
 /// How one test cuts the stream: a name and the next write's size.
@@ -39,10 +44,33 @@ fn wire(data: &[u8], cuts: impl FnMut() -> usize) -> Vec<Vec<u8>> {
 /// beyond the flush delay makes the timer cut what waits).
 fn wire_with(
     data: &[u8],
-    mut cuts: impl FnMut() -> usize,
+    cuts: impl FnMut() -> usize,
     blocks: bool,
     gap: Duration,
 ) -> Vec<Vec<u8>> {
+    let hand = if blocks { Hand::Block } else { Hand::Write };
+    wire_by(data, cuts, &hand, gap).0
+}
+
+/// How a piece of one whole block reaches the sender.
+enum Hand {
+    /// `write`, as every other piece.
+    Write,
+    /// `write_block`.
+    Block,
+    /// Encoded with this coding, then `write_encoded_block` (a piece the
+    /// coding refuses goes by `write_block`).
+    Encoded(BlockCoding),
+}
+
+/// [`wire_with`] for any [`Hand`]; also gives the blocks the sender took
+/// with the repair symbols they came with.
+fn wire_by(
+    data: &[u8],
+    mut cuts: impl FnMut() -> usize,
+    hand: &Hand,
+    gap: Duration,
+) -> (Vec<Vec<u8>>, u64) {
     let start = Timestamp::ZERO;
     let mut tx = Sender::new(config(), SessionId(42), start).unwrap();
     let ch = tx.open_channel(ChannelMeta::stream("cuts")).unwrap();
@@ -52,7 +80,19 @@ fn wire_with(
     while at < data.len() {
         let n = cuts().clamp(1, data.len() - at);
         let piece = &data[at..at + n];
-        if blocks && n == tx.config().block_bytes() {
+        let whole = n == tx.config().block_bytes();
+        if let (Hand::Encoded(coding), true) = (hand, whole) {
+            match coding.encode(piece.to_vec(), Vec::new()) {
+                Ok(block) => {
+                    let back = tx.write_encoded_block(now, ch, block).unwrap();
+                    assert!(back.is_none(), "the buffer holds the whole test stream");
+                }
+                Err(data) => {
+                    let back = tx.write_block(now, ch, data).unwrap();
+                    assert!(back.is_none(), "the buffer holds the whole test stream");
+                }
+            }
+        } else if matches!(hand, Hand::Block) && whole {
             let back = tx.write_block(now, ch, piece.to_vec()).unwrap();
             assert!(back.is_none(), "the buffer holds the whole test stream");
         } else {
@@ -66,7 +106,7 @@ fn wire_with(
     }
     tx.finish(now, ch).unwrap();
     run(&mut tx, now, None, &mut out);
-    out
+    (out, tx.stats().blocks_encoded_by_source)
 }
 
 /// Sends until `until` (or, with `None`, until only beacons are left),
@@ -192,6 +232,58 @@ fn a_flush_timer_cuts_blocks_waiting_for_their_group_like_written_bytes() {
     // of one write.
     let whole = wire(&data, || usize::MAX);
     assert!(by_bytes != whole, "the flush timer cut groups of its own");
+}
+
+#[test]
+fn blocks_encoded_by_their_reader_give_the_same_wire_as_their_bytes() {
+    let block = config().block_bytes();
+    let group = block * usize::from(config().interleave_depth);
+    let data = payload(17, 5 * group + 3 * block + 123);
+    let whole = wire(&data, || usize::MAX);
+    let ours = config().block_coding(None);
+    // A coding of other blocks (more repair): the sender encodes them
+    // again, with its own code.
+    let other = SenderConfig {
+        repair: RepairRatio::percent(30).unwrap(),
+        ..config()
+    }
+    .block_coding(None);
+    let cases = [
+        ("every piece a block", Duration::ZERO, false),
+        (
+            "every piece a block, each cut by the flush timer",
+            Duration::from_millis(30),
+            false,
+        ),
+        ("a coding of other blocks", Duration::ZERO, true),
+    ];
+    for (name, gap, foreign) in cases {
+        let coding = if foreign { &other } else { &ours };
+        let expected = if gap.is_zero() {
+            whole.clone()
+        } else {
+            wire_with(&data, move || block, false, gap)
+        };
+        let (got, encoded_by_source) =
+            wire_by(&data, move || block, &Hand::Encoded(coding.clone()), gap);
+        assert_eq!(got.len(), expected.len(), "{name}: datagram count");
+        for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
+            assert!(a == b, "{name}: datagram {i} differs");
+        }
+        // The last whole block waits for its group; the tail's write
+        // takes it back into the bytes (encoded again), unless the flush
+        // timer cut it first.
+        let whole_groups = (data.len() / group * group / block) as u64;
+        let expected = match (foreign, gap.is_zero()) {
+            (true, _) => 0,
+            (false, true) => whole_groups,
+            (false, false) => (data.len() / block) as u64,
+        };
+        assert_eq!(
+            encoded_by_source, expected,
+            "{name}: blocks sent with the repair they came with"
+        );
+    }
 }
 
 #[test]

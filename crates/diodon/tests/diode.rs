@@ -292,6 +292,17 @@ fn lossy_link_file_is_identical_and_repaired() {
         "FEC must have repaired: {s}"
     );
     assert_eq!(s["channels_complete"], 1);
+    // The whole blocks were encoded by the thread that read them; the core
+    // encoded only the file's short last block and the whole ones of its
+    // group (fewer than the interleave depth of 4), which the tail's bytes
+    // join.
+    let sent = summary(&tx);
+    let blocks = sent["core"]["blocks"].as_u64().unwrap();
+    let by_source = sent["core"]["blocks_encoded_by_source"].as_u64().unwrap();
+    assert!(
+        by_source < blocks && by_source >= blocks - 4,
+        "{by_source} of {blocks} blocks encoded by the reader: {sent}"
+    );
     // Both sides coded on what this CPU has: GFNI where it has it.
     let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let has = |f: &str| flags.split_whitespace().any(|w| w == f);

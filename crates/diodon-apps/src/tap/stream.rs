@@ -295,6 +295,9 @@ mod tests {
                 SourceMsg::Data { token, data } | SourceMsg::Records { token, data } => {
                     per_token.entry(token).or_default().extend(data);
                 }
+                SourceMsg::Block { token, block } => {
+                    per_token.entry(token).or_default().extend(block.data());
+                }
                 SourceMsg::Finish { .. } | SourceMsg::Abort { .. } => {}
             }
         }
