@@ -19,7 +19,7 @@
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
 #                              [--loss PCT [--loss-burst LEN]] [--rate RATE]
 #                              [--baseline GIT-REV] [--send-args "ARGS"] [--integrity MODE]
-#                              [--cores shared|split] [--perf DIR] [--no-record]
+#                              [--cores shared|pinned|split] [--perf DIR] [--no-record]
 # Defaults: 1 GB (1000000000 bytes) random file, MTU 1500 and 9000, 5 s blast, 1 run.
 # --baseline REV builds that revision (a git worktree under /var/tmp) and runs its
 # Diodon alternately with this one on the same testbed, then prints the medians
