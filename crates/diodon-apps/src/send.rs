@@ -1477,6 +1477,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_source_encodes_a_full_block_and_hands_anything_else_over_as_bytes() {
+        let config = SenderConfig::default();
+        let block = config.block_bytes();
+        let (plain, rx) = queue_for_blocks(4, block);
+        let handle = plain.clone().encoding_blocks(&[&config], None);
+        handle.data(1, vec![7; block]).unwrap();
+        handle.data(1, vec![7; block - 1]).unwrap();
+        plain.data(1, vec![7; block]).unwrap();
+        match rx.try_recv().unwrap() {
+            SourceMsg::Block { token: 1, block: b } => {
+                assert_eq!(b.data(), &vec![7; block][..]);
+                assert_eq!(b.repair().len(), config.block_coding(None).repair_bytes());
+            }
+            other => panic!("a full block comes encoded: {other:?}"),
+        }
+        for expected in [block - 1, block] {
+            match rx.try_recv().unwrap() {
+                SourceMsg::Data { token: 1, data } => assert_eq!(data.len(), expected),
+                other => panic!("bytes come as bytes: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_sent_channel_is_written_like_a_received_one() {
         for (status, digest, json) in [
             (

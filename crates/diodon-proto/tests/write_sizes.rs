@@ -287,6 +287,50 @@ fn blocks_encoded_by_their_reader_give_the_same_wire_as_their_bytes() {
 }
 
 #[test]
+fn an_encoded_block_without_room_comes_back_whole_and_goes_in_later() {
+    let block = config().block_bytes();
+    let small = SenderConfig {
+        buffer_limit: 2 * block * usize::from(config().interleave_depth),
+        ..config()
+    };
+    let coding = small.block_coding(None);
+    let data = payload(19, 9 * block);
+    let start = Timestamp::ZERO;
+    let mut tx = Sender::new(small, SessionId(42), start).unwrap();
+    let ch = tx.open_channel(ChannelMeta::stream("cuts")).unwrap();
+    let mut out = Vec::new();
+    let mut now = start;
+    let mut refused = 0;
+    for piece in data.chunks(block) {
+        let mut next = coding.encode(piece.to_vec(), Vec::new()).unwrap();
+        loop {
+            let repair = next.repair().to_vec();
+            match tx.write_encoded_block(now, ch, next).unwrap() {
+                None => break,
+                Some(back) => {
+                    // Given back as it was handed over; room comes with sending.
+                    refused += 1;
+                    assert_eq!(back.data(), piece);
+                    assert_eq!(back.repair(), &repair[..]);
+                    next = back;
+                    now = run(&mut tx, now, Some(now + Duration::from_millis(1)), &mut out);
+                }
+            }
+        }
+    }
+    tx.finish(now, ch).unwrap();
+    run(&mut tx, now, None, &mut out);
+    assert!(refused > 0, "the small buffer pushed back");
+    // Every block went out with the repair it came with (the ninth, alone
+    // in its group at `finish`, too).
+    assert_eq!(tx.stats().blocks_encoded_by_source, 9);
+    // The same datagrams as one write of the bytes, but for their
+    // timestamps (time moved on here).
+    let expected = wire(&data, || usize::MAX);
+    assert_eq!(out.len(), expected.len(), "datagram count");
+}
+
+#[test]
 fn a_transmit_buffer_full_of_old_bytes_gives_the_same_datagrams() {
     // The sender does not zero the caller's buffer: every byte of every
     // datagram (beacons, opens, symbols, the short tail, trailers) must be
