@@ -662,92 +662,109 @@ struct Open {
 /// into the core.
 struct Pending {
     id: ChannelId,
-    data: Vec<u8>,
+    input: Input,
+    /// Bytes of `Bytes` or `Records` already in the core.
     off: usize,
-    records: bool,
-    /// A block the source encoded (then `data` is empty).
-    block: Option<FullBlock>,
+}
+
+/// What a source handed over, as the core takes it.
+enum Input {
+    /// A channel's bytes (a whole block of them is taken over, not copied).
+    Bytes(Vec<u8>),
+    /// Framed records of a `Datagrams` channel, each taken whole.
+    Records(Vec<u8>),
+    /// A whole block the source encoded, taken with its repair symbols.
+    Block(FullBlock),
 }
 
 impl Pending {
-    fn bytes(id: ChannelId, data: Vec<u8>, records: bool) -> Self {
-        Pending {
-            id,
-            data,
-            off: 0,
-            records,
-            block: None,
-        }
+    fn new(id: ChannelId, input: Input) -> Self {
+        Pending { id, input, off: 0 }
     }
 
     /// Hands as much as the core takes; `true` when all of it went in.
     fn feed(&mut self, now: diodon_proto::Timestamp, sender: &mut Sender) -> (bool, usize) {
-        if let Some(block) = self.block.take() {
-            // Taken whole with its repair symbols, or waits whole for room.
-            let n = block.len();
-            return match sender.write_encoded_block(now, self.id, block) {
-                Ok(None) => (true, n),
-                Ok(Some(back)) => {
-                    self.block = Some(back);
-                    (false, 0)
-                }
-                Err(e) => {
-                    tracing::warn!("write refused: {e}");
-                    (true, 0)
-                }
-            };
-        }
-        let start = self.off;
-        if !self.records && self.off == 0 && self.data.len() == sender.config().block_bytes() {
-            // A whole block (a file read block by block): taken over, not
-            // copied, or waits whole for room.
-            let n = self.data.len();
-            return match sender.write_block(now, self.id, std::mem::take(&mut self.data)) {
-                Ok(None) => (true, n),
-                Ok(Some(back)) => {
-                    self.data = back;
-                    (false, 0)
-                }
-                Err(e) => {
-                    tracing::warn!("write refused: {e}");
-                    (true, 0)
-                }
-            };
-        }
-        if !self.records {
-            return match sender.write(now, self.id, &self.data[self.off..]) {
-                Ok(n) => {
-                    self.off += n;
-                    (self.off == self.data.len(), n)
-                }
-                Err(e) => {
-                    tracing::warn!("write refused: {e}");
-                    (true, 0)
-                }
-            };
-        }
-        while self.data.len() - self.off >= diodon_proto::records::RECORD_HEADER {
-            let len = usize::from(u16::from_be_bytes([
-                self.data[self.off],
-                self.data[self.off + 1],
-            ]));
-            let at = self.off + diodon_proto::records::RECORD_HEADER;
-            let Some(payload) = self.data.get(at..at + len) else {
-                break;
-            };
-            match sender.write_record(now, self.id, payload) {
-                Ok(true) => self.off = at + len,
-                Ok(false) => return (false, self.off - start),
-                Err(e) => {
-                    // A source checks sizes first; a record refused here
-                    // is skipped with a warning, the rest goes on.
-                    tracing::warn!("record refused: {e}");
-                    self.off = at + len;
+        let block_bytes = sender.config().block_bytes();
+        match &mut self.input {
+            Input::Block(_) => {
+                let Input::Block(block) =
+                    std::mem::replace(&mut self.input, Input::Bytes(Vec::new()))
+                else {
+                    unreachable!("matched a block");
+                };
+                // Taken whole with its repair symbols, or waits whole for room.
+                let n = block.len();
+                match sender.write_encoded_block(now, self.id, block) {
+                    Ok(None) => (true, n),
+                    Ok(Some(back)) => {
+                        self.input = Input::Block(back);
+                        (false, 0)
+                    }
+                    Err(e) => {
+                        tracing::warn!("write refused: {e}");
+                        (true, 0)
+                    }
                 }
             }
+            Input::Bytes(data) if self.off == 0 && data.len() == block_bytes => {
+                // A whole block (a file read block by block): taken over, not
+                // copied, or waits whole for room.
+                let n = data.len();
+                match sender.write_block(now, self.id, std::mem::take(data)) {
+                    Ok(None) => (true, n),
+                    Ok(Some(back)) => {
+                        *data = back;
+                        (false, 0)
+                    }
+                    Err(e) => {
+                        tracing::warn!("write refused: {e}");
+                        (true, 0)
+                    }
+                }
+            }
+            Input::Bytes(data) => match sender.write(now, self.id, &data[self.off..]) {
+                Ok(n) => {
+                    self.off += n;
+                    (self.off == data.len(), n)
+                }
+                Err(e) => {
+                    tracing::warn!("write refused: {e}");
+                    (true, 0)
+                }
+            },
+            Input::Records(data) => feed_records(now, sender, self.id, data, &mut self.off),
         }
-        (true, self.off - start)
     }
+}
+
+/// Hands framed records from `data[*off..]` to the core, each whole, as far
+/// as it takes them; `true` when all went in, and the bytes taken.
+fn feed_records(
+    now: diodon_proto::Timestamp,
+    sender: &mut Sender,
+    id: ChannelId,
+    data: &[u8],
+    off: &mut usize,
+) -> (bool, usize) {
+    let start = *off;
+    while data.len() - *off >= diodon_proto::records::RECORD_HEADER {
+        let len = usize::from(u16::from_be_bytes([data[*off], data[*off + 1]]));
+        let at = *off + diodon_proto::records::RECORD_HEADER;
+        let Some(payload) = data.get(at..at + len) else {
+            break;
+        };
+        match sender.write_record(now, id, payload) {
+            Ok(true) => *off = at + len,
+            Ok(false) => return (false, *off - start),
+            Err(e) => {
+                // A source checks sizes first; a record refused here
+                // is skipped with a warning, the rest goes on.
+                tracing::warn!("record refused: {e}");
+                *off = at + len;
+            }
+        }
+    }
+    (true, *off - start)
 }
 
 /// The core thread's state.
@@ -1167,20 +1184,17 @@ impl Core {
             }
             SourceMsg::Data { token, data } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
-                    self.pending = Some(Pending::bytes(*id, data, false));
+                    self.pending = Some(Pending::new(*id, Input::Bytes(data)));
                 }
             }
             SourceMsg::Block { token, block } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
-                    self.pending = Some(Pending {
-                        block: Some(block),
-                        ..Pending::bytes(*id, Vec::new(), false)
-                    });
+                    self.pending = Some(Pending::new(*id, Input::Block(block)));
                 }
             }
             SourceMsg::Records { token, data } => {
                 if let Some(Chan { id: Some(id), .. }) = self.tokens.get(&token) {
-                    self.pending = Some(Pending::bytes(*id, data, true));
+                    self.pending = Some(Pending::new(*id, Input::Records(data)));
                 }
             }
             SourceMsg::Finish { token, digest } => {
