@@ -14,6 +14,10 @@
 #                   CPU per GB, most of it writing the file), and with versions alternating
 #                   it was always this version's first run
 #     testbed.sh down
+#     verifying floor: diodon-blast send-file (read the file as Diodon's reader does,
+#                   BLAKE3, send every byte once and REPAIR % again; no FEC, no check)
+#                   ==> diodon-blast sink = the send CPU per file GB no verifying sender
+#                   can go below on this link (the send targets are read against it)
 #   print a table and append it to BENCHMARKS.md (unless --no-record)
 #
 # Usage: scripts/bench-link.sh [--size BYTES] [--mtus "1500 9000"] [--blast-seconds N] [--runs N]
@@ -263,6 +267,22 @@ print(json.dumps({"kind": "ceiling", "mtu": int(mtu), "sent_mbps": blast.get("mb
                                  for c, side in zip(core_s, (blast, sink))]}))
 EOF
 
+    echo "bench-link: MTU $mtu verifying floor (read, BLAKE3, send with $REPAIR % more)" >&2
+    "$TB" exec rx "${RX_PIN[@]}" "$BLAST" sink "$RX_IP:7799" >"$WORK/sink.json" &
+    sink_pid=$!
+    sleep 0.5
+    "$TB" exec tx "${TX_PIN[@]}" "$BLAST" send-file "$RX_IP:7799" "$payload" "$WORK/random.bin" "$REPAIR" >"$WORK/send-file.json"
+    wait "$sink_pid"
+    python3 - "$mtu" "$WORK" >>"$RESULTS" <<'EOF'
+import json, sys
+mtu, work = sys.argv[1:3]
+lines = [l for l in open(f"{work}/send-file.json").read().splitlines() if l.startswith("{")]
+f = json.loads(lines[-1]) if lines else {}
+gb = f.get("file_bytes", 0) / 1e9
+print(json.dumps({"kind": "verifying_floor", "mtu": int(mtu),
+                  "send_floor": f["cpu_s"] / gb if gb and "cpu_s" in f else None}))
+EOF
+
     run_diodon warm-up "$BIN" "$mtu" 0
     # Runs of this version and of the baseline alternate, so both see the same machine.
     for run in $(seq 1 "$RUNS"); do
@@ -280,9 +300,10 @@ path, size, base_label = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = [json.loads(l) for l in open(path)]
 gb = size / 1e9
 ceilings = {r["mtu"]: r for r in rows if r["kind"] == "ceiling"}
+verifying = {r["mtu"]: r.get("send_floor") for r in rows if r["kind"] == "verifying_floor"}
 runs = [r for r in rows if r["kind"] == "diodon"]
-out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | core 0 / core 1 busy s/GB (every task) | floor send / recv CPU s/GB (blast / sink) | floor core 0 / core 1 | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
-       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+out = ["| MTU | version | run | raw ceiling (received) Mbit/s | Diodon verified goodput Mbit/s | goodput / ceiling | send CPU s/GB | recv CPU s/GB | core 0 / core 1 busy s/GB (every task) | floor send / recv CPU s/GB (blast / sink) | verifying sender's floor s/GB (read + BLAKE3 + send) | floor core 0 / core 1 | recv socket drops (kernel packets) | missing | recovered | file | rx egress dropped (guard) |",
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 def floor(mtu):
     c = ceilings.get(mtu, {})
     f = [c.get("send_floor"), c.get("recv_floor")]
@@ -299,7 +320,8 @@ for r in runs:
     verdict = "verified" if r["verified"] else "FAILED"
     out.append("| " + " | ".join(str(x) for x in [
         r["mtu"], r["label"], r["run"], f"{c:.0f}", f"{r['goodput_mbps']:.0f}", f"{ratio:.0f} %",
-        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", cores(r), floor(r["mtu"]), core_floor(r["mtu"]),
+        f"{r['send_cpu_s'] / gb:.2f}", f"{r['recv_cpu_s'] / gb:.2f}", cores(r), floor(r["mtu"]),
+        "?" if verifying.get(r["mtu"]) is None else f"{verifying[r['mtu']]:.2f}", core_floor(r["mtu"]),
         r["socket_drops"], r["missing"],
         r["recovered"], f"{verdict}, {r['sha']}", r["guard"] or "?"]) + " |")
 labels = [l for l in ("this", base_label) if l and any(r["label"] == l for r in runs)]
