@@ -857,6 +857,7 @@ pub(crate) fn run_link_sender(
     if let Some(kernel) = crate::fec_kernel::best() {
         sender.use_kernel(kernel);
     }
+    sender.use_prefetch(diodon_io::cache::prefetch);
     tracing::info!(%session, dest = %opts.dest, local = %udp.local_addr(), gso = udp.gso_enabled(), integrity, encode = crate::fec_kernel::describe(), "sender started");
     for w in &udp.setup().warnings {
         tracing::warn!("{w}");

@@ -39,9 +39,11 @@
 //! - [`gfni`]: a GF(2)-linear map applied to 16-bit elements with the
 //!   CPU's GFNI instructions (found at run time), for the codec's sums.
 //! - [`memory`]: glibc malloc's arenas, limited for buffers that change threads.
+//! - [`cache`]: bytes a thread reads next, asked for ahead (a prefetch hint).
 //! - [`sandbox`]: the process restricting itself (user, capabilities,
 //!   `no_new_privs`, Landlock, seccomp); what to allow is the caller's choice.
 
+pub mod cache;
 pub mod child;
 pub mod clock;
 pub mod counters;

@@ -587,6 +587,9 @@ pub struct Sender {
     stats: SenderStats,
     /// The session's ciphers (encrypted mode).
     sealing: Option<Sealing>,
+    /// The driver's cache hint, given the payload of the datagram that goes
+    /// next ([`Sender::use_prefetch`]).
+    prefetch: Option<fn(&[u8])>,
 }
 
 /// The sender's sealers (keyed MAC or AEAD): the current key's and, when a
@@ -654,6 +657,15 @@ impl Sender {
         self.fec.use_kernel(kernel);
     }
 
+    /// Takes a driver's cache hint (`diodon_io::cache::prefetch`): as each
+    /// data or repair datagram is written, the next one's payload is handed
+    /// to it, so that its check and the kernel's copy find it in the cache.
+    /// The payload is read much later than its reader wrote it; without
+    /// the hint the CRC32C waits on memory at every datagram.
+    pub fn use_prefetch(&mut self, prefetch: fn(&[u8])) {
+        self.prefetch = Some(prefetch);
+    }
+
     /// A new session with id `session` (draw it from a CSPRNG) starting at `now`.
     pub fn new(
         config: SenderConfig,
@@ -694,6 +706,7 @@ impl Sender {
                 config.next_key_after.map(|after| now + after),
                 now,
             ),
+            prefetch: None,
             config,
         })
     }
@@ -1618,6 +1631,11 @@ impl Sender {
         }
         if self.turn >= self.active.len() {
             self.turn = 0;
+        }
+        if let (Some(prefetch), Some(g)) = (self.prefetch, self.active.get(self.turn)) {
+            // The symbol that goes next unless a control datagram does
+            // (every active group is normalised by `current`).
+            prefetch(g.blocks[g.slot].payload(g.round));
         }
         piece
     }

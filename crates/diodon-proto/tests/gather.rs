@@ -4,7 +4,9 @@
 //! carry that payload; a beacon, open or trailer, and every datagram of the
 //! encrypted mode, is one piece. Fed the joined pieces, a receiver verifies
 //! every channel in each integrity mode, also channels whose last group
-//! ended in the middle of a batch.
+//! ended in the middle of a batch. The driver's cache hint
+//! ([`Sender::use_prefetch`]) is handed, after each symbol, the payload of
+//! the symbol that goes next.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly")]
 
 use diodon_proto::crypto::CipherCache;
@@ -141,4 +143,65 @@ fn encrypted_batches_are_whole_datagrams() {
     let (complete, files, gathered) = transfer(&Integrity::Encrypted(ring));
     assert!(complete == files, "the channels differ from what was sent");
     assert_eq!(gathered, 0);
+}
+
+thread_local! {
+    /// Address and length of every slice the sender asked to prefetch.
+    static PREFETCHED: std::cell::RefCell<Vec<(usize, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn record_prefetch(bytes: &[u8]) {
+    PREFETCHED.with(|p| p.borrow_mut().push((bytes.as_ptr() as usize, bytes.len())));
+}
+
+#[test]
+fn the_prefetch_hint_names_the_payload_that_goes_next() {
+    let mut now = Timestamp::ZERO;
+    let mut s = Sender::new(SenderConfig::default(), SessionId(0xCAC4E), now).unwrap();
+    s.use_prefetch(record_prefetch);
+    // One channel of several groups and 20 small ones, interleaved with
+    // each other and with their opens, trailers and beacons; all queued
+    // before the first batch, so a symbol always follows until the last.
+    let mut files = vec![payload(3_000_000, 0)];
+    files.extend((1..=20).map(|i| payload(100 * i + 7, i)));
+    for (i, data) in files.iter().enumerate() {
+        let ch = s
+            .open_channel(ChannelMeta::file(format!("f{i}"), data.len() as u64))
+            .unwrap();
+        assert_eq!(s.write(now, ch, data).unwrap(), data.len());
+        s.finish(now, ch).unwrap();
+    }
+    let (mut buf, mut sent) = (Vec::new(), Vec::new());
+    let end = now + Duration::from_secs(5);
+    while now < end && !s.is_idle() {
+        s.handle_timeout(now);
+        let mut parts = Vec::new();
+        if s.poll_transmit_gather(now, 64, &mut buf, &mut parts)
+            .is_none()
+        {
+            now += Duration::from_millis(1);
+            continue;
+        }
+        sent.extend(
+            parts
+                .chunks(3)
+                .filter(|p| !p[1].is_empty())
+                .map(|p| (p[1].as_ptr() as usize, p[1].len())),
+        );
+    }
+    let prefetched = PREFETCHED.with(std::cell::RefCell::take);
+    assert!(sent.len() > 2_000, "{} symbols sent", sent.len());
+    assert_eq!(
+        prefetched.len(),
+        sent.len() - 1,
+        "one hint per symbol but the last"
+    );
+    for (i, (hint, next)) in prefetched.iter().zip(&sent[1..]).enumerate() {
+        assert_eq!(
+            hint,
+            next,
+            "hint {i} is not the payload of symbol {}",
+            i + 1
+        );
+    }
 }
