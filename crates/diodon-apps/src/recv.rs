@@ -192,7 +192,8 @@ pub struct RecvOptions {
     /// The socket.
     pub udp: UdpConfig,
     /// Net → decoder queue, in receive buffers (each `udp.recv_slots` ×
-    /// `udp.slot_size` bytes, filled by one `recvmmsg`).
+    /// `udp.slot_size` bytes, filled by one `recvmmsg`);
+    /// [`NET_QUEUE_BATCHES`] unless there is a reason.
     pub queue_batches: usize,
     /// Decoder → writer queue, in events (a data event is one block).
     pub event_queue: usize,
@@ -312,6 +313,18 @@ impl RecvReport {
         usize::try_from(self.channels_failed).unwrap_or(usize::MAX)
     }
 }
+
+/// Receive buffers queued between the net thread and the decoder
+/// ([`RecvOptions::queue_batches`] of `diodon recv`): 8, about 4.6 MB at MTU
+/// 9000, so the datagrams waiting for the decoder are still in the CPU's
+/// cache when it reads them. The kernel socket buffer, sized for the
+/// tolerated stall (`--stall`, `link::rcvbuf_for`), absorbs bursts, and
+/// the decoder → writer queue absorbs a slow disk. With 256 buffers (150 MB
+/// at MTU 9000) a receiver that fell behind read every datagram from
+/// memory and cost more per byte the further behind it was: 0.67–0.85 s/GB
+/// against 0.65–0.71 with 8, on one core at 10 Gbit/s (BENCHMARKS.md,
+/// "A short queue keeps the receiver's buffers in the cache").
+pub const NET_QUEUE_BATCHES: usize = 8;
 
 /// Datagrams at least this long have the next one prefetched while they
 /// are checked and gathered (`diodon_io::cache::prefetch`). A jumbo datagram

@@ -1059,7 +1059,7 @@ fn recv_options(port: u16) -> RecvOptions {
     RecvOptions {
         config: ReceiverConfig::default(),
         udp,
-        queue_batches: 256,
+        queue_batches: diodon_apps::recv::NET_QUEUE_BATCHES,
         event_queue: 256,
         once: false,
         expect_channels: None,

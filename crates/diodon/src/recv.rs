@@ -138,7 +138,7 @@ pub fn run(args: &RecvArgs) -> Result<Exit, Fatal> {
                 ..ReceiverConfig::default()
             },
             udp,
-            queue_batches: 256,
+            queue_batches: diodon_apps::recv::NET_QUEUE_BATCHES,
             event_queue: 256,
             once: s.once,
             expect_channels: s.channels,
