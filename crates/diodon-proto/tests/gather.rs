@@ -23,6 +23,17 @@ fn payload(n: usize, seed: usize) -> Vec<u8> {
     (0..n).map(|i| ((i + seed) * 31 % 251) as u8).collect()
 }
 
+/// One channel per file, each written whole and finished at `now`.
+fn queue_files(s: &mut Sender, now: Timestamp, files: &[Vec<u8>]) {
+    for (i, data) in files.iter().enumerate() {
+        let ch = s
+            .open_channel(ChannelMeta::file(format!("f{i}"), data.len() as u64))
+            .unwrap();
+        assert_eq!(s.write(now, ch, data).unwrap(), data.len());
+        s.finish(now, ch).unwrap();
+    }
+}
+
 /// Sends a 300 kB channel and 20 small ones in batches of up to 64
 /// datagrams; checks every piece; returns what the receiver verified and
 /// how many symbols travelled as three pieces.
@@ -35,13 +46,7 @@ fn transfer(integrity: &Integrity) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, u64) {
     let mut s = Sender::new(config, SessionId(0x6A7E), now).unwrap();
     let mut files = vec![payload(300_000, 0)];
     files.extend((1..=20).map(|i| payload(100 * i + 7, i)));
-    for (i, data) in files.iter().enumerate() {
-        let ch = s
-            .open_channel(ChannelMeta::file(format!("f{i}"), data.len() as u64))
-            .unwrap();
-        assert_eq!(s.write(now, ch, data).unwrap(), data.len());
-        s.finish(now, ch).unwrap();
-    }
+    queue_files(&mut s, now, &files);
     let mut r = Receiver::new(
         ReceiverConfig {
             integrity: integrity.clone(),
@@ -164,13 +169,7 @@ fn the_prefetch_hint_names_the_payload_that_goes_next() {
     // before the first batch, so a symbol always follows until the last.
     let mut files = vec![payload(3_000_000, 0)];
     files.extend((1..=20).map(|i| payload(100 * i + 7, i)));
-    for (i, data) in files.iter().enumerate() {
-        let ch = s
-            .open_channel(ChannelMeta::file(format!("f{i}"), data.len() as u64))
-            .unwrap();
-        assert_eq!(s.write(now, ch, data).unwrap(), data.len());
-        s.finish(now, ch).unwrap();
-    }
+    queue_files(&mut s, now, &files);
     let (mut buf, mut sent) = (Vec::new(), Vec::new());
     let end = now + Duration::from_secs(5);
     while now < end && !s.is_idle() {
